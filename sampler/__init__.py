@@ -1,0 +1,19 @@
+"""Pure planning: which records each rank and worker reads, in which order. No I/O."""
+
+from .distributed import DistributedSampler
+from .mixing import distinct_per_batch
+from .plan import Chunk, Plan, build_plan
+from .shard_sampler import DEFAULT_WINDOW, HasShardSizes, ShardSampler
+from .topology import Topology
+
+__all__ = [
+    "DEFAULT_WINDOW",
+    "Chunk",
+    "DistributedSampler",
+    "HasShardSizes",
+    "Plan",
+    "ShardSampler",
+    "Topology",
+    "build_plan",
+    "distinct_per_batch",
+]

@@ -1,0 +1,107 @@
+"""One epoch's arithmetic: shard order, the epoch line, and the spans cut from it.
+
+The *epoch line* is every record of the dataset laid end to end, shard after shard in
+the epoch's shard order (empty shards left out). A position on the line is a record;
+positions at or past N (the number of records) are padding and wrap to position
+``(p - N) % N``, the way torch's DistributedSampler pads with its first indices. Rank r
+reads line positions ``[r * L, (r + 1) * L)`` (L records per rank); worker w of W reads a
+contiguous part of that. Each span, mapped back to shards, is a list of *pieces*: one
+shard and a contiguous range of its rows in storage order. All functions are pure and cost
+O(shards), never O(records).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import numpy as np
+import numpy.typing as npt
+
+from .keyed import derive_key, permute
+
+__all__ = ["EpochLine", "epoch_line", "rank_length", "shard_order", "span_pieces", "worker_span"]
+
+I64Array = npt.NDArray[np.int64]
+
+# Tags keep the keys of different uses apart even when their other parts coincide.
+TAG_SHARDS = 1
+TAG_ROWS = 2
+
+
+def rank_length(num_records: int, num_replicas: int, drop_last: bool) -> int:
+    """Records per rank per epoch, as torch's DistributedSampler computes it."""
+    if drop_last:
+        return num_records // num_replicas
+    return -(-num_records // num_replicas)
+
+
+def shard_order(num_shards: int, seed: int, epoch: int, shuffle: bool) -> I64Array:
+    """(S,) the shard id at each position of the epoch's shard order."""
+    ids = np.arange(num_shards, dtype=np.int64)
+    if not shuffle or num_shards <= 1:
+        return ids
+    return permute(ids, num_shards, derive_key(seed, epoch, TAG_SHARDS))
+
+
+@dataclass(frozen=True)
+class EpochLine:
+    """The epoch's line: non-empty shards in order and where each one ends on the line."""
+
+    shards: I64Array  # (S',) shard id of each non-empty shard, in line order
+    ends: I64Array  # (S',) line position one past that shard's last record
+
+    @property
+    def num_records(self) -> int:
+        return int(self.ends[-1]) if self.ends.size else 0
+
+
+def epoch_line(sizes: I64Array, seed: int, epoch: int, shuffle: bool) -> EpochLine:
+    """The line for one epoch; `sizes` (S,) are records per shard in storage order."""
+    # (S,) shard ids in epoch order
+    order = shard_order(sizes.size, seed, epoch, shuffle)
+    # (S',) the non-empty ones: an empty shard holds no position on the line
+    order = order[sizes[order] > 0]
+    return EpochLine(shards=order, ends=np.cumsum(sizes[order], dtype=np.int64))
+
+
+def worker_span(rank: int, length: int, worker: int, num_workers: int) -> tuple[int, int]:
+    """Line positions [lo, hi) of a worker: rank's span cut in `num_workers` near-equal parts."""
+    base = rank * length
+    return base + length * worker // num_workers, base + length * (worker + 1) // num_workers
+
+
+def _real_pieces(line: EpochLine, lo: int, hi: int) -> tuple[I64Array, I64Array, I64Array]:
+    """Pieces covering real positions [lo, hi), 0 <= lo <= hi <= N."""
+    if lo >= hi:
+        empty = np.zeros(0, dtype=np.int64)
+        return empty, empty, empty
+    # i0..i1-1: the shards of the line that hold a position in [lo, hi)
+    i0 = int(np.searchsorted(line.ends, lo, side="right"))
+    i1 = int(np.searchsorted(line.ends, hi - 1, side="right")) + 1
+    ends = line.ends[i0:i1]
+    # where each of those shards begins on the line
+    begins = np.concatenate(([line.ends[i0 - 1] if i0 else 0], ends[:-1]))
+    # rows of each shard inside the span, in storage order
+    starts = np.maximum(begins, lo) - begins
+    stops = np.minimum(ends, hi) - begins
+    return line.shards[i0:i1].copy(), starts, stops
+
+
+def span_pieces(line: EpochLine, lo: int, hi: int) -> tuple[I64Array, I64Array, I64Array]:
+    """(shards, starts, stops), each (P,): the pieces covering line positions [lo, hi).
+
+    Positions past the end of the line are padding; they wrap to the line's start (and
+    around again while the padding is longer than the line), so a padded span is the real
+    pieces followed by pieces of the first shards of the line.
+    """
+    n = line.num_records
+    parts = [_real_pieces(line, min(lo, n), min(hi, n))]
+    # padding: positions [max(lo, n), hi) wrap to (p - n) % n, in runs that do not wrap
+    pos = max(lo, n)
+    while pos < hi and n > 0:
+        q = (pos - n) % n
+        take = min(hi - pos, n - q)
+        parts.append(_real_pieces(line, q, q + take))
+        pos += take
+    shards, starts, stops = (np.concatenate([p[k] for p in parts]) for k in range(3))
+    return shards.astype(np.int64), starts.astype(np.int64), stops.astype(np.int64)

@@ -1,0 +1,129 @@
+"""A worker's reading plan for one epoch: pieces, their in-shard order, and the mixing."""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from dataclasses import dataclass
+
+import numpy as np
+import numpy.typing as npt
+
+from .epoch import TAG_ROWS, epoch_line, rank_length, span_pieces, worker_span
+from .keyed import derive_key, derive_keys, permute
+from .mixing import CHUNK, block_order
+
+__all__ = ["Chunk", "Plan", "build_plan"]
+
+I64Array = npt.NDArray[np.int64]
+U64Array = npt.NDArray[np.uint64]
+
+TAG_MIX = 3
+
+
+@dataclass(frozen=True)
+class Chunk:
+    """Consecutive records of a plan: record k is row `rows[k]` of shard `shards[k]`,
+    taken from the plan's piece `pieces[k]`."""
+
+    pieces: I64Array
+    shards: I64Array
+    rows: I64Array
+
+    def __len__(self) -> int:
+        return int(self.rows.size)
+
+
+@dataclass(frozen=True, eq=False)
+class Plan:
+    """What one worker of one rank reads in one epoch, and in which order.
+
+    Piece p is rows ``[starts[p], stops[p])`` of shard ``shards[p]``: a contiguous row range
+    in storage order, so a reader fetches only the row groups or tar members that hold it.
+    Pieces are listed in epoch-line order and grouped in blocks of `window` consecutive
+    pieces. With `keys` (shuffling on), each piece is read in a keyed permutation of its rows,
+    and the pieces of a block are interleaved (see `sampler.mixing`); without `keys`, rows
+    come in storage order, one piece after the other.
+    """
+
+    shards: I64Array  # (P,) shard id of each piece
+    starts: I64Array  # (P,) first row of the piece
+    stops: I64Array  # (P,) one past its last row
+    keys: U64Array | None  # (P,) keys of the in-shard order; None: storage order
+    window: int = 1
+
+    def __len__(self) -> int:
+        return int(self.sizes.sum())
+
+    @property
+    def sizes(self) -> I64Array:
+        """(P,) records of each piece."""
+        return self.stops - self.starts
+
+    def blocks(self) -> list[tuple[int, int]]:
+        """Piece ranges [p0, p1) interleaved together."""
+        window = self.window if self.keys is not None else 1
+        n = self.shards.size
+        return [(p0, min(p0 + window, n)) for p0 in range(0, n, window)]
+
+    def chunks(self, start: int = 0) -> Iterator[Chunk]:
+        """The plan's records in reading order, from record `start` on, in chunks.
+
+        Seeking costs O(pieces): nothing before `start` is generated.
+        """
+        if not 0 <= start <= len(self):
+            raise ValueError(f"start must lie in [0, {len(self)}], got {start}")
+        blocks = self.blocks()
+        sizes = self.sizes
+        # (B,) records before each block
+        before = np.cumsum([0] + [int(sizes[p0:p1].sum()) for p0, p1 in blocks])
+        b = int(np.searchsorted(before, start, side="right")) - 1
+        skip = start - int(before[b]) if blocks else 0
+        for p0, p1 in blocks[b:]:
+            yield from self._block_chunks(p0, p1, skip)
+            skip = 0
+
+    def _block_chunks(self, p0: int, p1: int, skip: int) -> Iterator[Chunk]:
+        sizes = [int(m) for m in self.sizes[p0:p1]]
+        if self.keys is None or p1 - p0 == 1:
+            # one piece after the other, each in its own order
+            for i, m in enumerate(sizes):
+                for lo in range(skip, m, CHUNK):
+                    j = np.arange(lo, min(m, lo + CHUNK), dtype=np.int64)
+                    yield self._chunk(np.full(j.size, p0 + i, dtype=np.int64), j)
+                skip = max(0, skip - m)
+            return
+        mix_keys = [derive_key(int(k), TAG_MIX) for k in self.keys[p0:p1]]
+        for piece, j in block_order(sizes, mix_keys, skip):
+            yield self._chunk(piece + p0, j)
+
+    def _chunk(self, pieces: I64Array, j: I64Array) -> Chunk:
+        """Turn (piece, rank inside the piece's order) into storage rows."""
+        offsets = j
+        if self.keys is not None:
+            offsets = np.empty_like(j)
+            for p in np.unique(pieces):
+                mask = pieces == p
+                offsets[mask] = permute(j[mask], int(self.sizes[p]), int(self.keys[p]))
+        return Chunk(pieces=pieces, shards=self.shards[pieces], rows=self.starts[pieces] + offsets)
+
+
+def build_plan(
+    sizes: I64Array,
+    *,
+    seed: int,
+    epoch: int,
+    shuffle: bool,
+    drop_last: bool,
+    num_replicas: int,
+    rank: int,
+    worker: int = 0,
+    num_workers: int = 1,
+    window: int = 1,
+) -> Plan:
+    """The plan of one worker: a pure function of its arguments, O(shards) to compute."""
+    line = epoch_line(sizes, seed, epoch, shuffle)
+    length = rank_length(line.num_records, num_replicas, drop_last)
+    lo, hi = worker_span(rank, length, worker, num_workers)
+    shards, starts, stops = span_pieces(line, lo, hi)
+    keys = derive_keys(derive_key(seed, epoch, TAG_ROWS), shards, starts) if shuffle else None
+    return Plan(shards=shards, starts=starts, stops=stops, keys=keys, window=window)

@@ -1,0 +1,146 @@
+"""`ShardSampler`: DistributedSampler's contract, planned over shards instead of records."""
+
+from __future__ import annotations
+
+from collections.abc import Iterator, Mapping, Sequence
+from typing import Any, Protocol, runtime_checkable
+
+import numpy as np
+import numpy.typing as npt
+from torch.utils.data import Sampler
+
+from .epoch import rank_length
+from .plan import Plan, build_plan
+from .topology import Topology
+
+__all__ = ["DEFAULT_WINDOW", "HasShardSizes", "ShardSampler"]
+
+DEFAULT_WINDOW = 8  # pieces interleaved per block; see the README for the mixing it gives
+
+
+@runtime_checkable
+class HasShardSizes(Protocol):
+    """Anything that knows how many records each of its shards holds (a ShardIndex)."""
+
+    @property
+    def shard_sizes(self) -> Sequence[int]: ...
+
+
+def _sizes_of(shards: Sequence[int] | HasShardSizes | npt.ArrayLike) -> npt.NDArray[np.int64]:
+    raw = shards.shard_sizes if isinstance(shards, HasShardSizes) else shards
+    arr = np.asarray(raw)
+    if arr.ndim != 1 or not (arr.size == 0 or np.issubdtype(arr.dtype, np.integer)):
+        raise ValueError(
+            "shards must be a 1-D sequence of record counts (ints) or an object with "
+            f"`shard_sizes`, got {type(shards).__name__} of dtype {arr.dtype}, shape {arr.shape}"
+        )
+    sizes = arr.astype(np.int64)
+    if sizes.size and sizes.min() < 0:
+        bad = int(np.argmin(sizes))
+        raise ValueError(f"shard {bad} has {sizes[bad]} records; counts must be >= 0")
+    return sizes
+
+
+def _check_flag(name: str, value: object, minimum: int) -> int:
+    if isinstance(value, bool) or not isinstance(value, int | np.integer) or value < minimum:
+        raise ValueError(f"{name} must be an int >= {minimum}, got {value!r}")
+    return int(value)
+
+
+class ShardSampler(Sampler[int]):
+    """Assigns records of a sharded dataset to ranks, shard-aware, as DistributedSampler does.
+
+    Each epoch the shard order is shuffled (keyed by seed and epoch), the records laid end to
+    end in that order are cut into `num_replicas` contiguous spans of exactly ``len(self)``
+    records (padding by wrapping to the start, or dropping the tail with `drop_last`, as
+    torch does), and each rank reads only its span. A shard cut between two ranks is cut
+    along its storage order, so every rank's part of a shard is a contiguous row range; only
+    then is each part shuffled inside (keyed by seed, epoch, shard and first row), and
+    `window` consecutive parts are interleaved so neighbouring records come from different
+    shards. With ``shuffle=False`` the order is plain storage order, without interleaving.
+
+    Iterating yields global record ids (shard offset + row), so the sampler also serves as
+    ``sampler=`` of a map-style dataset. `plan()` gives the reading plan a loader needs.
+    Planning costs O(shards): no permutation of all records is ever built.
+    """
+
+    def __init__(
+        self,
+        shards: Sequence[int] | HasShardSizes | npt.ArrayLike,
+        num_replicas: int | None = None,
+        rank: int | None = None,
+        shuffle: bool = True,
+        seed: int = 0,
+        drop_last: bool = False,
+        window: int = DEFAULT_WINDOW,
+    ) -> None:
+        self.sizes = _sizes_of(shards)
+        topo = Topology.resolve(num_replicas, rank)
+        self.num_replicas, self.rank = topo.world_size, topo.rank
+        self.shuffle, self.drop_last = bool(shuffle), bool(drop_last)
+        self.seed = _check_flag("seed", seed, -(2**63))
+        self.window = _check_flag("window", window, 1)
+        # (S,) global id of each shard's first record
+        self.offsets = np.concatenate(([0], np.cumsum(self.sizes)))[:-1].astype(np.int64)
+        self.num_records = int(self.sizes.sum())
+        self.epoch = 0
+        self._resume = 0  # where the next __iter__ starts (set by load_state_dict)
+        self._yielded = 0  # records yielded by the current iterator, from its start of epoch
+
+    def set_epoch(self, epoch: int) -> None:
+        """Select the epoch's order. A different epoch drops a pending resume position."""
+        epoch = _check_flag("epoch", epoch, 0)
+        if epoch != self.epoch:
+            self._resume = self._yielded = 0
+        self.epoch = epoch
+
+    def __len__(self) -> int:
+        return rank_length(self.num_records, self.num_replicas, self.drop_last)
+
+    def plan(self, worker: int = 0, num_workers: int = 1) -> Plan:
+        """This rank's reading plan for the current epoch, or worker `worker`'s part of it.
+
+        The workers' plans cut the rank's span in `num_workers` contiguous parts of near-equal
+        size: together they hold exactly the rank's records (their order within the rank
+        depends on num_workers, since each part is shuffled and interleaved on its own).
+        """
+        num_workers = _check_flag("num_workers", num_workers, 1)
+        if not 0 <= _check_flag("worker", worker, 0) < num_workers:
+            raise ValueError(f"worker must lie in [0, {num_workers - 1}], got {worker}")
+        return build_plan(
+            self.sizes,
+            seed=self.seed,
+            epoch=self.epoch,
+            shuffle=self.shuffle,
+            drop_last=self.drop_last,
+            num_replicas=self.num_replicas,
+            rank=self.rank,
+            worker=worker,
+            num_workers=num_workers,
+            window=self.window if self.shuffle else 1,
+        )
+
+    def __iter__(self) -> Iterator[int]:
+        start, self._resume = self._resume, 0
+        self._yielded = start
+        for chunk in self.plan().chunks(start):
+            for record in (self.offsets[chunk.shards] + chunk.rows).tolist():
+                self._yielded += 1
+                yield record
+
+    def state_dict(self) -> dict[str, int]:
+        """{"epoch", "position"}: position counts records the current iterator has yielded."""
+        return {"epoch": self.epoch, "position": self._yielded}
+
+    def load_state_dict(self, state: Mapping[str, Any]) -> None:
+        """Continue an epoch: the next iteration yields exactly the records after `position`."""
+        missing = {"epoch", "position"} - set(state)
+        if missing:
+            raise ValueError(f"state lacks {sorted(missing)}; expected keys epoch and position")
+        epoch = _check_flag("state['epoch']", state["epoch"], 0)
+        position = _check_flag("state['position']", state["position"], 0)
+        if position > len(self):
+            raise ValueError(
+                f"state['position']={position} exceeds the epoch's {len(self)} records"
+            )
+        self.epoch, self._resume, self._yielded = epoch, position, position

@@ -1,0 +1,13 @@
+#!/usr/bin/env bash
+# Make .venv (Python 3.11) with torch and shardstream (editable) installed.
+#   bash scripts/setup.sh         the library
+#   bash scripts/setup.sh test    the library and the test tools
+# TORCH_SPEC overrides the torch requirement (default torch==2.13.0, the CPU build this
+# project is developed and tested on).
+set -euo pipefail
+cd "$(dirname "$0")/.."
+python=${PYTHON:-python3}
+extra=${1:-}
+[ -x .venv/bin/python ] || "$python" -m venv .venv
+.venv/bin/python -m pip install -q --disable-pip-version-check "${TORCH_SPEC:-torch==2.13.0}"
+.venv/bin/python -m pip install -q --disable-pip-version-check -e ".${extra:+[$extra]}"

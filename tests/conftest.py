@@ -1,0 +1,136 @@
+"""Shared fixtures: a real S3 endpoint (moto's standalone server) on 127.0.0.1."""
+
+from __future__ import annotations
+
+import os
+import shutil
+import socket
+import subprocess
+import sys
+import tempfile
+import time
+import urllib.request
+from collections.abc import Iterator
+from dataclasses import dataclass
+from pathlib import Path
+
+import pytest
+
+REPO = Path(__file__).resolve().parents[1]
+
+
+def free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return int(s.getsockname()[1])
+
+
+def _moto_server_command(port: int) -> list[str]:
+    exe = shutil.which("moto_server", path=str(Path(sys.executable).parent)) or shutil.which(
+        "moto_server"
+    )
+    if exe is None:
+        raise RuntimeError("moto_server not found: install the test extra (pip install -e .[test])")
+    return [exe, "-H", "127.0.0.1", "-p", str(port)]
+
+
+@pytest.fixture(scope="session")
+def s3_endpoint() -> Iterator[str]:
+    """URL of a moto S3 server started for this test session, stopped at its end."""
+    port = free_port()
+    url = f"http://127.0.0.1:{port}"
+    proc = subprocess.Popen(
+        _moto_server_command(port), stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL
+    )
+    try:
+        deadline = time.monotonic() + 30
+        while True:
+            try:
+                with urllib.request.urlopen(f"{url}/moto-api/", timeout=1):
+                    break
+            except OSError:
+                if proc.poll() is not None or time.monotonic() > deadline:
+                    raise RuntimeError(f"moto_server did not start on {url}") from None
+                time.sleep(0.1)
+        yield url
+    finally:
+        proc.terminate()
+        try:
+            proc.wait(timeout=10)
+        except subprocess.TimeoutExpired:
+            proc.kill()
+
+
+@dataclass(frozen=True)
+class S3:
+    """A fresh, empty S3 endpoint for one test, with fake credentials in the environment."""
+
+    endpoint_url: str
+
+    @property
+    def storage_options(self) -> dict[str, object]:
+        return {"client_kwargs": {"endpoint_url": self.endpoint_url}}
+
+    def fs(self):  # type: ignore[no-untyped-def]
+        import s3fs
+
+        return s3fs.S3FileSystem(
+            client_kwargs={"endpoint_url": self.endpoint_url}, skip_instance_cache=True
+        )
+
+
+@pytest.fixture
+def s3(s3_endpoint: str, monkeypatch: pytest.MonkeyPatch) -> Iterator[S3]:
+    """The session's S3 server, reset to empty, with fake credentials set for this test only."""
+    req = urllib.request.Request(f"{s3_endpoint}/moto-api/reset", method="POST")
+    with urllib.request.urlopen(req, timeout=10):
+        pass
+    for name, value in {
+        "AWS_ACCESS_KEY_ID": "testing",
+        "AWS_SECRET_ACCESS_KEY": "testing",
+        "AWS_SESSION_TOKEN": "testing",
+        "AWS_DEFAULT_REGION": "us-east-1",
+    }.items():
+        monkeypatch.setenv(name, value)
+    for name in ("AWS_PROFILE", "AWS_CONFIG_FILE", "AWS_SHARED_CREDENTIALS_FILE"):
+        monkeypatch.delenv(name, raising=False)
+    import s3fs
+
+    s3fs.S3FileSystem.clear_instance_cache()
+    yield S3(s3_endpoint)
+    s3fs.S3FileSystem.clear_instance_cache()
+
+
+def torchrun(
+    script: str | Path, *args: str, nproc: int = 2, timeout: float = 180, env: dict | None = None
+) -> list[str]:
+    """Run `script` under torchrun with `nproc` local processes (gloo on the CPU).
+
+    Returns each rank's stdout, read from torchrun's per-rank log files, so that lines of
+    different ranks never interleave.
+    """
+    full_env = {**os.environ, "OMP_NUM_THREADS": "1", **(env or {})}
+    for name in ("RANK", "WORLD_SIZE", "LOCAL_RANK", "MASTER_ADDR", "MASTER_PORT"):
+        full_env.pop(name, None)
+    with tempfile.TemporaryDirectory() as logs:
+        cmd = [
+            sys.executable,
+            "-m",
+            "torch.distributed.run",
+            "--standalone",
+            f"--nproc_per_node={nproc}",
+            f"--log-dir={logs}",
+            "--redirects=3",
+            str(script),
+            *args,
+        ]
+        proc = subprocess.run(
+            cmd, capture_output=True, text=True, timeout=timeout, env=full_env, cwd=REPO
+        )
+        outs = {p.parent.name: p.read_text() for p in Path(logs).rglob("stdout.log")}
+        errs = "".join(p.read_text() for p in Path(logs).rglob("stderr.log"))
+    if proc.returncode != 0:
+        raise AssertionError(
+            f"torchrun {script} {args} failed ({proc.returncode}):\n{proc.stderr}\n{errs}"
+        )
+    return [outs[str(rank)] for rank in range(nproc)]

@@ -1,0 +1,59 @@
+"""Keyed hashing and permutations: bijective, deterministic, keyed."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from sampler.keyed import derive_key, derive_keys, permute, unit_floats
+
+
+@pytest.mark.parametrize("n", [*range(0, 70), 255, 256, 257, 1000, 4097, 65536, 99991])
+def test_permute_is_a_bijection(n: int) -> None:
+    out = permute(np.arange(n), n, key=derive_key(7, n))
+    assert sorted(out.tolist()) == list(range(n))
+
+
+@settings(max_examples=60, deadline=None)
+@given(n=st.integers(2, 10**15), key=st.integers(0, 2**64 - 1))
+def test_permute_is_injective_on_samples_of_huge_domains(n: int, key: int) -> None:
+    xs = np.unique(np.random.default_rng(key % 2**32).integers(0, n, size=200))
+    ys = permute(xs, n, key)
+    assert ys.min() >= 0 and ys.max() < n
+    assert np.unique(ys).size == xs.size
+    # pointwise: each element permutes the same alone as in a batch (no hidden state)
+    assert permute(xs[:1], n, key)[0] == ys[0]
+
+
+def test_permute_depends_on_key_and_moves_elements() -> None:
+    n = 1000
+    a, b = permute(np.arange(n), n, 1), permute(np.arange(n), n, 2)
+    assert not np.array_equal(a, b)
+    assert np.count_nonzero(a == np.arange(n)) < 20  # a random permutation fixes ~1 point
+
+
+def test_permute_rejects_positions_outside_the_domain() -> None:
+    with pytest.raises(ValueError, match=r"\[0, 10\)"):
+        permute([10], 10, 0)
+
+
+def test_derive_key_is_order_sensitive_and_not_a_sum() -> None:
+    assert derive_key(1, 0) != derive_key(0, 1)
+    assert derive_key(0, 2) != derive_key(1, 1)
+    assert derive_key(-1) == derive_key(2**64 - 1)  # parts are taken modulo 2**64
+    assert 0 <= derive_key(5, 6) < 2**64
+
+
+def test_derive_keys_matches_the_scalar_version() -> None:
+    a, b = np.array([0, 5, 17, 2**40]), np.array([3, 0, 9, 1])
+    got = derive_keys(derive_key(11, 12), a, b)
+    want = [derive_key(11, 12, int(x), int(y)) for x, y in zip(a, b)]
+    assert got.tolist() == want
+
+
+def test_unit_floats_lie_in_the_unit_interval_and_look_uniform() -> None:
+    u = unit_floats(np.arange(100_000), key=3)
+    assert u.min() >= 0.0 and u.max() < 1.0
+    assert abs(u.mean() - 0.5) < 0.01

@@ -1,0 +1,51 @@
+"""Rank and world size: explicit values, torchrun's variables, defaults, clear errors."""
+
+from __future__ import annotations
+
+import pytest
+
+from sampler import Topology
+
+
+@pytest.fixture(autouse=True)
+def _no_torchrun_env(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.delenv("RANK", raising=False)
+    monkeypatch.delenv("WORLD_SIZE", raising=False)
+
+
+def test_defaults_without_process_group_or_env() -> None:
+    assert Topology.resolve() == Topology(rank=0, world_size=1)
+
+
+def test_env_from_torchrun(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("WORLD_SIZE", "4")
+    monkeypatch.setenv("RANK", "3")
+    assert Topology.resolve() == Topology(rank=3, world_size=4)
+    assert Topology.resolve(num_replicas=8) == Topology(rank=3, world_size=8)
+    # rank 0 given explicitly is not "missing" (the `rank or detect()` bug)
+    assert Topology.resolve(rank=0) == Topology(rank=0, world_size=4)
+
+
+@pytest.mark.parametrize(
+    ("kwargs", "message"),
+    [
+        ({"num_replicas": 0, "rank": 0}, "num_replicas must be >= 1, got 0"),
+        ({"num_replicas": 2, "rank": 2}, r"Invalid rank 2.*\[0, 1\]"),
+        ({"num_replicas": 2, "rank": -1}, r"Invalid rank -1"),
+        ({"num_replicas": 2.0, "rank": 0}, r"num_replicas must be an int, got 2.0"),
+        ({"num_replicas": 2, "rank": True}, r"rank must be an int, got True"),
+    ],
+)
+def test_invalid_values_are_quoted(kwargs: dict, message: str) -> None:
+    with pytest.raises(ValueError, match=message):
+        Topology.resolve(**kwargs)
+
+
+def test_garbage_env_is_named(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("WORLD_SIZE", "four")
+    with pytest.raises(ValueError, match="WORLD_SIZE='four'"):
+        Topology.resolve()
+    monkeypatch.setenv("WORLD_SIZE", "2")
+    monkeypatch.setenv("RANK", "5")
+    with pytest.raises(ValueError, match=r"Invalid rank 5"):
+        Topology.resolve()
