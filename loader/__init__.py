@@ -1,3 +1,7 @@
 """Storage, shard index, format readers and the streaming IterableDataset."""
 
-__all__: list[str] = []
+from .dataset import StreamingDataset
+from .errors import ShardError, StaleIndexError
+from .index import Shard, ShardIndex
+
+__all__ = ["Shard", "ShardError", "ShardIndex", "StaleIndexError", "StreamingDataset"]

@@ -64,10 +64,16 @@ def epoch_line(sizes: I64Array, seed: int, epoch: int, shuffle: bool) -> EpochLi
     return EpochLine(shards=order, ends=np.cumsum(sizes[order], dtype=np.int64))
 
 
-def worker_span(rank: int, length: int, worker: int, num_workers: int) -> tuple[int, int]:
-    """Line positions [lo, hi) of a worker: rank's span cut in `num_workers` near-equal parts."""
+def worker_span(
+    rank: int, length: int, worker: int, num_workers: int, align: int = 1
+) -> tuple[int, int]:
+    """Line positions [lo, hi) of a worker: the rank's span cut in `num_workers` near-equal
+    parts, each cut at a multiple of `align` records (a batch size) from the span's start."""
+    units = -(-length // align)  # (whole or short) units of `align` records in the span
     base = rank * length
-    return base + length * worker // num_workers, base + length * (worker + 1) // num_workers
+    lo = min(length, align * (units * worker // num_workers))
+    hi = min(length, align * (units * (worker + 1) // num_workers))
+    return base + lo, base + hi
 
 
 def _real_pieces(line: EpochLine, lo: int, hi: int) -> tuple[I64Array, I64Array, I64Array]:

@@ -28,6 +28,7 @@ class Chunk:
     pieces: I64Array
     shards: I64Array
     rows: I64Array
+    block: tuple[int, int]  # the pieces [p0, p1) interleaved in this chunk's block
 
     def __len__(self) -> int:
         return int(self.rows.size)
@@ -89,14 +90,14 @@ class Plan:
             for i, m in enumerate(sizes):
                 for lo in range(skip, m, CHUNK):
                     j = np.arange(lo, min(m, lo + CHUNK), dtype=np.int64)
-                    yield self._chunk(np.full(j.size, p0 + i, dtype=np.int64), j)
+                    yield self._chunk(np.full(j.size, p0 + i, dtype=np.int64), j, (p0, p1))
                 skip = max(0, skip - m)
             return
         mix_keys = [derive_key(int(k), TAG_MIX) for k in self.keys[p0:p1]]
         for piece, j in block_order(sizes, mix_keys, skip):
-            yield self._chunk(piece + p0, j)
+            yield self._chunk(piece + p0, j, (p0, p1))
 
-    def _chunk(self, pieces: I64Array, j: I64Array) -> Chunk:
+    def _chunk(self, pieces: I64Array, j: I64Array, block: tuple[int, int]) -> Chunk:
         """Turn (piece, rank inside the piece's order) into storage rows."""
         offsets = j
         if self.keys is not None:
@@ -104,7 +105,8 @@ class Plan:
             for p in np.unique(pieces):
                 mask = pieces == p
                 offsets[mask] = permute(j[mask], int(self.sizes[p]), int(self.keys[p]))
-        return Chunk(pieces=pieces, shards=self.shards[pieces], rows=self.starts[pieces] + offsets)
+        rows = self.starts[pieces] + offsets
+        return Chunk(pieces=pieces, shards=self.shards[pieces], rows=rows, block=block)
 
 
 def build_plan(
@@ -119,11 +121,12 @@ def build_plan(
     worker: int = 0,
     num_workers: int = 1,
     window: int = 1,
+    align: int = 1,
 ) -> Plan:
     """The plan of one worker: a pure function of its arguments, O(shards) to compute."""
     line = epoch_line(sizes, seed, epoch, shuffle)
     length = rank_length(line.num_records, num_replicas, drop_last)
-    lo, hi = worker_span(rank, length, worker, num_workers)
+    lo, hi = worker_span(rank, length, worker, num_workers, align)
     shards, starts, stops = span_pieces(line, lo, hi)
     keys = derive_keys(derive_key(seed, epoch, TAG_ROWS), shards, starts) if shuffle else None
     return Plan(shards=shards, starts=starts, stops=stops, keys=keys, window=window)

@@ -23,7 +23,7 @@ class HasShardSizes(Protocol):
     """Anything that knows how many records each of its shards holds (a ShardIndex)."""
 
     @property
-    def shard_sizes(self) -> Sequence[int]: ...
+    def shard_sizes(self) -> Sequence[int] | npt.NDArray[np.int64]: ...
 
 
 def _sizes_of(shards: Sequence[int] | HasShardSizes | npt.ArrayLike) -> npt.NDArray[np.int64]:
@@ -97,14 +97,17 @@ class ShardSampler(Sampler[int]):
     def __len__(self) -> int:
         return rank_length(self.num_records, self.num_replicas, self.drop_last)
 
-    def plan(self, worker: int = 0, num_workers: int = 1) -> Plan:
+    def plan(self, worker: int = 0, num_workers: int = 1, align: int = 1) -> Plan:
         """This rank's reading plan for the current epoch, or worker `worker`'s part of it.
 
         The workers' plans cut the rank's span in `num_workers` contiguous parts of near-equal
         size: together they hold exactly the rank's records (their order within the rank
         depends on num_workers, since each part is shuffled and interleaved on its own).
+        With `align` (a batch size), every cut falls on a multiple of `align` records, so
+        only the last worker's last batch can be short.
         """
         num_workers = _check_flag("num_workers", num_workers, 1)
+        align = _check_flag("align", align, 1)
         if not 0 <= _check_flag("worker", worker, 0) < num_workers:
             raise ValueError(f"worker must lie in [0, {num_workers - 1}], got {worker}")
         return build_plan(
@@ -118,6 +121,7 @@ class ShardSampler(Sampler[int]):
             worker=worker,
             num_workers=num_workers,
             window=self.window if self.shuffle else 1,
+            align=align,
         )
 
     def __iter__(self) -> Iterator[int]:

@@ -1,0 +1,17 @@
+"""The project's exceptions: each names the shard (URL, credentials redacted) and the fix."""
+
+from __future__ import annotations
+
+__all__ = ["ShardError", "StaleIndexError"]
+
+
+class ShardError(Exception):
+    """A shard could not be read or indexed. The message starts with the shard's URL.
+
+    Takes a single message argument, so it survives the trip from a DataLoader worker to
+    the main process (torch rebuilds worker exceptions as ``type(exc)(message)``).
+    """
+
+
+class StaleIndexError(ShardError):
+    """A shard changed (size or etag/mtime) since the index was built: rebuild the index."""

@@ -1,0 +1,56 @@
+"""The small protocol every shard format implements."""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from typing import Any, Protocol
+
+from ..storage import FileEntry
+
+__all__ = ["Format"]
+
+
+class Format(Protocol):
+    """One shard format: how to index a shard, read a row range, and shape the records.
+
+    A *part* is what `read` returns for rows [start, stop) of one shard (an Arrow table,
+    a list of sample dicts); `take` gathers rows of several parts in reading order.
+    """
+
+    name: str
+    suffixes: tuple[str, ...]
+
+    def scan(self, fs: Any, entries: Sequence[FileEntry]) -> list[dict[str, Any]]:
+        """Per shard: {"num_records": n, "details": {...}} (JSON-serializable), read with as
+        little I/O as the format allows."""
+        ...
+
+    def read(
+        self,
+        fs: Any,
+        url: str,
+        details: dict[str, Any],
+        start: int,
+        stop: int,
+        columns: Sequence[str] | None,
+    ) -> Any:
+        """Rows [start, stop) of the shard in storage order."""
+        ...
+
+    def take(self, parts: Sequence[Any], part_of: Any, row_in_part: Any) -> Any:
+        """Record k is row `row_in_part[k]` of `parts[part_of[k]]`."""
+        ...
+
+    def records(self, taken: Any) -> list[Any]:
+        """The taken rows as a list of records."""
+        ...
+
+    def num_rows(self, taken: Any) -> int: ...
+
+    def concat(self, taken: Sequence[Any]) -> Any: ...
+
+    def slice(self, taken: Any, start: int, stop: int) -> Any: ...
+
+    def batch(self, taken: Any) -> dict[str, Any]:
+        """The taken rows as one batch: column name -> tensor or list."""
+        ...

@@ -1,0 +1,229 @@
+"""ShardIndex: which shards, how many records each, and where their records lie."""
+
+from __future__ import annotations
+
+import base64
+import json
+import logging
+from collections.abc import Sequence
+from dataclasses import asdict, dataclass, field
+from typing import Any
+
+import numpy as np
+import numpy.typing as npt
+import pyarrow as pa
+
+from .errors import ShardError, StaleIndexError
+from .formats import format_for, format_of_url, known_suffixes
+from .formats.parquet import schema_from_b64
+from .storage import FileEntry, file_entry, filesystem, list_files, redact
+
+__all__ = ["FORMAT_VERSION", "Shard", "ShardIndex"]
+
+log = logging.getLogger(__name__)
+
+FORMAT_VERSION = 1
+INDEX_SUFFIXES = (".index.json", ".json")
+
+
+@dataclass(frozen=True)
+class Shard:
+    """One shard file: URL, format, records, bytes, version (etag or mtime), and what a
+    reader needs to find its records (Parquet row groups, tar member ranges)."""
+
+    url: str
+    format: str
+    num_records: int
+    bytes: int
+    version: str | None
+    details: dict[str, Any] = field(repr=False)
+
+
+def _discover(
+    source: str | Sequence[str], storage_options: dict[str, Any] | None
+) -> list[FileEntry]:
+    """The shard files of a directory, prefix, glob or list, in a fixed order."""
+    if isinstance(source, str):
+        found = list_files(source, storage_options)
+        entries = [e for e in found if format_of_url(e.url)]
+        if not entries:
+            raise FileNotFoundError(
+                f"{redact(source)}: no shards found ({len(found)} files, none ending in "
+                f"{known_suffixes()})"
+            )
+        if len(found) > len(entries):
+            log.info("%s: ignoring %d non-shard files", redact(source), len(found) - len(entries))
+        return entries
+    urls = list(source)
+    if not urls:
+        raise ValueError("the list of shard URLs is empty")
+    for url in urls:
+        if not format_of_url(url):
+            raise ValueError(
+                f"{redact(url)}: unknown shard format; known suffixes: {known_suffixes()}"
+            )
+    return [file_entry(u, storage_options) for u in urls]
+
+
+@dataclass
+class ShardIndex:
+    """The shards of a dataset, in a fixed order, with everything planning and reading need.
+
+    A dataset has one format: mixing Parquet and tar shards raises ValueError, since their
+    records have different shapes. Saved as JSON (never pickle) with a format version.
+    """
+
+    shards: list[Shard]
+    schema: pa.Schema | None = None  # Parquet: the schema every shard shares
+
+    @property
+    def shard_sizes(self) -> npt.NDArray[np.int64]:
+        return np.array([s.num_records for s in self.shards], dtype=np.int64)
+
+    @property
+    def num_records(self) -> int:
+        return sum(s.num_records for s in self.shards)
+
+    @property
+    def format(self) -> str | None:
+        return self.shards[0].format if self.shards else None
+
+    def __len__(self) -> int:
+        return len(self.shards)
+
+    @classmethod
+    def build(
+        cls, source: str | Sequence[str], storage_options: dict[str, Any] | None = None
+    ) -> ShardIndex:
+        """Index a directory, an s3:// prefix, a glob, a single file or a list of URLs.
+
+        Reads only what indexing needs: Parquet footers (two small range reads a shard,
+        batched over shards), or one sequential pass over each tar's headers.
+        """
+        entries = _discover(source, storage_options)
+        formats = sorted({str(format_of_url(e.url)) for e in entries})
+        if len(formats) > 1:
+            examples = [next(e.url for e in entries if format_of_url(e.url) == f) for f in formats]
+            raise ValueError(
+                "mixed shard formats in one dataset: "
+                + ", ".join(f"{f} ({redact(u)})" for f, u in zip(formats, examples))
+                + "; index each format separately"
+            )
+        name = formats[0]
+        fs, _ = filesystem(entries[0].url, storage_options)
+        scanned = format_for(name).scan(fs, entries)
+        shards = [
+            Shard(e.url, name, int(s["num_records"]), e.size, e.version, s["details"])
+            for e, s in zip(entries, scanned)
+        ]
+        schema = _common_schema(entries, scanned) if name == "parquet" else None
+        log.info(
+            "indexed %d %s shards, %d records",
+            len(shards),
+            name,
+            sum(s.num_records for s in shards),
+        )
+        return cls(shards, schema)
+
+    def to_json(self) -> dict[str, Any]:
+        return {
+            "format_version": FORMAT_VERSION,
+            "schema": None if self.schema is None else _schema_b64(self.schema),
+            "shards": [asdict(s) for s in self.shards],
+        }
+
+    @classmethod
+    def from_json(cls, doc: dict[str, Any], where: str = "index") -> ShardIndex:
+        version = doc.get("format_version")
+        if version != FORMAT_VERSION:
+            raise ValueError(
+                f"{redact(where)}: index format version {version!r}, this shardstream reads "
+                f"version {FORMAT_VERSION}; rebuild the index with ShardIndex.build"
+            )
+        schema = schema_from_b64(doc["schema"]) if doc.get("schema") else None
+        return cls([Shard(**s) for s in doc["shards"]], schema)
+
+    def save(self, url: str, storage_options: dict[str, Any] | None = None) -> None:
+        """Write the index as JSON to a local path or URL. It holds no credentials."""
+        fs, path = filesystem(url, storage_options)
+        with fs.open(path, "w") as f:
+            json.dump(self.to_json(), f)
+
+    @classmethod
+    def load(cls, url: str, storage_options: dict[str, Any] | None = None) -> ShardIndex:
+        fs, path = filesystem(url, storage_options)
+        try:
+            with fs.open(path, "r") as f:
+                doc = json.load(f)
+        except FileNotFoundError:
+            raise FileNotFoundError(f"{redact(url)}: no saved index there") from None
+        except json.JSONDecodeError as e:
+            raise ValueError(f"{redact(url)}: not a shardstream index ({e})") from e
+        return cls.from_json(doc, url)
+
+    def verify(self, storage_options: dict[str, Any] | None = None) -> None:
+        """Raise StaleIndexError naming every shard whose size or version changed (or that
+        disappeared) since the index was built."""
+        stale = []
+        for shard in self.shards:
+            try:
+                now: FileEntry | None = file_entry(shard.url, storage_options)
+            except FileNotFoundError:
+                now = None
+            if now is None or now.size != shard.bytes or now.version != shard.version:
+                found = "missing" if now is None else f"{now.size} bytes, version {now.version}"
+                was = f"{shard.bytes} bytes, version {shard.version}"
+                stale.append(f"{redact(shard.url)} (indexed {was}; now {found})")
+        if stale:
+            raise StaleIndexError(
+                f"{len(stale)} shard(s) changed since the index was built: {'; '.join(stale[:5])}"
+                + (" ..." if len(stale) > 5 else "")
+                + ". Rebuild it with ShardIndex.build."
+            )
+
+    @classmethod
+    def resolve(cls, source: Any, storage_options: dict[str, Any] | None = None) -> ShardIndex:
+        """A ShardIndex as given, a saved index (a path ending in .json), or a new build."""
+        if isinstance(source, ShardIndex):
+            return source
+        if isinstance(source, str) and source.endswith(INDEX_SUFFIXES):
+            return cls.load(source, storage_options)
+        if isinstance(source, str | list | tuple):
+            return cls.build(source, storage_options)
+        raise ValueError(
+            "source must be a URL, a list of URLs, a saved index or a ShardIndex, "
+            f"got {type(source).__name__}"
+        )
+
+
+def _schema_b64(schema: pa.Schema) -> str:
+    return base64.b64encode(schema.serialize().to_pybytes()).decode("ascii")
+
+
+def _common_schema(
+    entries: Sequence[FileEntry], scanned: Sequence[dict[str, Any]]
+) -> pa.Schema | None:
+    """The schema every Parquet shard shares; ValueError naming the first that differs."""
+    if not scanned:
+        return None
+    first = schema_from_b64(scanned[0]["schema"])
+    for entry, s in zip(entries[1:], scanned[1:]):
+        if s["schema"] == scanned[0]["schema"]:
+            continue
+        other = schema_from_b64(s["schema"])
+        if not other.equals(first, check_metadata=False):
+            raise ShardError(
+                f"{redact(entry.url)}: schema differs from {redact(entries[0].url)}'s: "
+                f"{_schema_diff(first, other)}; all shards of a dataset must share one schema"
+            )
+    return first
+
+
+def _schema_diff(a: pa.Schema, b: pa.Schema) -> str:
+    fa, fb = {f.name: str(f.type) for f in a}, {f.name: str(f.type) for f in b}
+    parts = [
+        f"{n}: {fa.get(n, 'absent')} vs {fb.get(n, 'absent')}"
+        for n in sorted(fa.keys() | fb.keys())
+        if fa.get(n) != fb.get(n)
+    ]
+    return ", ".join(parts) or "field order or nullability"

@@ -1,0 +1,96 @@
+"""Storage: URLs plus plain storage_options, opened through fsspec (local, s3fs, ...).
+
+Nothing here holds an open filesystem across a fork: callers pass the URL and the
+storage_options (both picklable) and open the filesystem in the process that reads.
+fsspec's instance cache is per process, so each DataLoader worker gets its own.
+"""
+
+from __future__ import annotations
+
+import re
+from dataclasses import dataclass
+from typing import Any
+
+import fsspec
+from fsspec.core import url_to_fs
+
+__all__ = ["FileEntry", "filesystem", "list_files", "redact", "version_of"]
+
+_USERINFO = re.compile(r"(?<=://)[^/@\s]+@")
+_SECRET_KEYS = ("secret", "token", "password", "key")
+
+
+def redact(url: str) -> str:
+    """The URL with any embedded credentials (``scheme://user:pass@host``) replaced."""
+    return _USERINFO.sub("***@", str(url))
+
+
+def redact_options(options: dict[str, Any] | None) -> dict[str, Any]:
+    """storage_options safe to log: values of secret-looking keys replaced."""
+    out: dict[str, Any] = {}
+    for k, v in (options or {}).items():
+        if isinstance(v, dict):
+            out[k] = redact_options(v)
+        elif any(s in k.lower() for s in _SECRET_KEYS) and k.lower() != "endpoint_url":
+            out[k] = "***"
+        else:
+            out[k] = v
+    return out
+
+
+def filesystem(url: str, storage_options: dict[str, Any] | None = None) -> tuple[Any, str]:
+    """(filesystem, path) for a URL; s3:// URLs use s3fs's options, e.g.
+    ``{"client_kwargs": {"endpoint_url": ...}}``, and otherwise the standard AWS variables
+    (AWS_ENDPOINT_URL, AWS_ACCESS_KEY_ID, ...)."""
+    try:
+        fs, path = url_to_fs(url, **(storage_options or {}))
+    except (ImportError, ValueError) as e:
+        raise ValueError(f"cannot open {redact(url)}: {e}") from e
+    return fs, str(path)
+
+
+@dataclass(frozen=True)
+class FileEntry:
+    """A file found by listing: full URL, size in bytes, version (etag or mtime)."""
+
+    url: str
+    size: int
+    version: str | None
+
+
+def version_of(info: dict[str, Any]) -> str | None:
+    """What changes when the file's content changes: S3's ETag, else the mtime."""
+    for key in ("ETag", "etag", "mtime", "LastModified", "last_modified", "created"):
+        if info.get(key) is not None:
+            return str(info[key]).strip('"')
+    return None
+
+
+def _entry(fs: Any, info: dict[str, Any]) -> FileEntry:
+    return FileEntry(fs.unstrip_protocol(info["name"]), int(info["size"]), version_of(info))
+
+
+def list_files(url: str, storage_options: dict[str, Any] | None = None) -> list[FileEntry]:
+    """Files under a directory or prefix (recursively), matching a glob, or the file itself,
+    sorted by URL. Raises FileNotFoundError naming the URL when nothing is there."""
+    fs, path = filesystem(url, storage_options)
+    try:
+        if fsspec.core.has_magic(path):
+            infos = fs.glob(path, detail=True).values()
+        elif fs.isdir(path):
+            infos = fs.find(path, detail=True).values()
+        else:
+            infos = [fs.info(path)]
+    except FileNotFoundError:
+        raise FileNotFoundError(f"{redact(url)}: no such file, directory or prefix") from None
+    entries = [_entry(fs, i) for i in infos if i.get("type", "file") == "file"]
+    return sorted(entries, key=lambda e: e.url)
+
+
+def file_entry(url: str, storage_options: dict[str, Any] | None = None) -> FileEntry:
+    """Size and version of one file; FileNotFoundError naming it when missing."""
+    fs, path = filesystem(url, storage_options)
+    try:
+        return _entry(fs, fs.info(path))
+    except FileNotFoundError:
+        raise FileNotFoundError(f"{redact(url)}: shard not found") from None
