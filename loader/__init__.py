@@ -2,6 +2,7 @@
 
 from .dataset import StreamingDataset
 from .errors import ShardError, StaleIndexError
-from .index import Shard, ShardIndex
+from .index import ShardIndex
+from .shard import Shard
 
 __all__ = ["Shard", "ShardError", "ShardIndex", "StaleIndexError", "StreamingDataset"]

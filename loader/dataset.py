@@ -162,7 +162,7 @@ class StreamingDataset(IterableDataset[Any]):
         def read(piece: int) -> Any:
             shard = self.index.shards[int(plan.shards[piece])]
             start, stop = int(plan.starts[piece]), int(plan.stops[piece])
-            return fmt.read(fs, shard.url, shard.details, start, stop, self.columns)
+            return fmt.read(fs, shard, start, stop, self.columns)
 
         loaded: dict[int, Any] = {}
         block: tuple[int, int] | None = None

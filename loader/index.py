@@ -6,7 +6,7 @@ import base64
 import json
 import logging
 from collections.abc import Sequence
-from dataclasses import asdict, dataclass, field
+from dataclasses import asdict, dataclass
 from typing import Any
 
 import numpy as np
@@ -16,6 +16,7 @@ import pyarrow as pa
 from .errors import ShardError, StaleIndexError
 from .formats import format_for, format_of_url, known_suffixes
 from .formats.parquet import schema_from_b64
+from .shard import Shard
 from .storage import FileEntry, file_entry, filesystem, list_files, redact
 
 __all__ = ["FORMAT_VERSION", "Shard", "ShardIndex"]
@@ -24,19 +25,6 @@ log = logging.getLogger(__name__)
 
 FORMAT_VERSION = 1
 INDEX_SUFFIXES = (".index.json", ".json")
-
-
-@dataclass(frozen=True)
-class Shard:
-    """One shard file: URL, format, records, bytes, version (etag or mtime), and what a
-    reader needs to find its records (Parquet row groups, tar member ranges)."""
-
-    url: str
-    format: str
-    num_records: int
-    bytes: int
-    version: str | None
-    details: dict[str, Any] = field(repr=False)
 
 
 def _discover(

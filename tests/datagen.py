@@ -22,7 +22,8 @@ SCHEMA = pa.schema(
 )
 
 
-def parquet_table(first: int, n: int) -> pa.Table:
+def parquet_table(first: int, n: int, payload: int = 0) -> pa.Table:
+    """Rows first..first+n-1; with `payload`, a column "blob" of that many random bytes."""
     ids = np.arange(first, first + n, dtype=np.int64)
     columns = {
         "id": ids,
@@ -30,7 +31,12 @@ def parquet_table(first: int, n: int) -> pa.Table:
         "tokens": [[int(i), int(i) + 1, int(i) + 2] for i in ids],
         "text": [f"record {i}" for i in ids],
     }
-    return pa.table(columns, schema=SCHEMA)
+    if not payload:
+        return pa.table(columns, schema=SCHEMA)
+    rng = np.random.default_rng(first)
+    blobs = rng.integers(0, 256, size=(n, payload), dtype=np.uint8)
+    columns["blob"] = [row.tobytes() for row in blobs]
+    return pa.table(columns, schema=SCHEMA.append(pa.field("blob", pa.binary())))
 
 
 def tar_bytes(first: int, n: int) -> bytes:
@@ -45,7 +51,12 @@ def tar_bytes(first: int, n: int) -> bytes:
 
 
 def write_dataset(
-    fs: Any, root: str, fmt: str, sizes: Sequence[int] = SIZES, row_group_size: int = 8
+    fs: Any,
+    root: str,
+    fmt: str,
+    sizes: Sequence[int] = SIZES,
+    row_group_size: int = 8,
+    payload: int = 0,
 ) -> list[str]:
     """Write shards part-00000.<fmt>, ... under `root` with `fs`; returns their paths."""
     fs.makedirs(root, exist_ok=True)
@@ -54,7 +65,8 @@ def write_dataset(
         path = f"{root}/part-{k:05d}.{fmt}"
         if fmt == "parquet":
             sink = io.BytesIO()
-            pq.write_table(parquet_table(first, n), sink, row_group_size=row_group_size)
+            table = parquet_table(first, n, payload)
+            pq.write_table(table, sink, row_group_size=row_group_size)
             data = sink.getvalue()
         else:
             data = tar_bytes(first, n)

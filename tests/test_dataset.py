@@ -172,3 +172,24 @@ def test_bad_arguments(tmp_path: Path, kwargs: dict, message: str) -> None:
     url, _ = make_source("local", "parquet", tmp_path)
     with pytest.raises(ValueError, match=message):
         StreamingDataset(url, **kwargs)
+
+
+def test_a_rank_fetches_about_its_share_of_the_bytes(s3: Any) -> None:
+    """A rank of 16 over 8 Parquet shards: ~1/16 of the bytes, index building included."""
+    from .s3proxy import counting_proxy
+
+    fs = s3.fs()
+    fs.mkdir("big")
+    # 8 shards of ~1.6 MB: big enough that footers and listings are a small part
+    write_dataset(fs, "big/set", "parquet", sizes=[8000] * 8, row_group_size=1000, payload=200)
+    total = sum(fs.size(p) for p in fs.ls("big/set"))
+    share = total / 16
+    for rank in (0, 5, 15):
+        with counting_proxy(s3.endpoint_url) as proxy:
+            opts = {"client_kwargs": {"endpoint_url": proxy.url}}
+            ds = StreamingDataset("s3://big/set", num_replicas=16, rank=rank, storage_options=opts)
+            ids = read_ids(ds, 0)
+        assert len(ids) == 4000
+        ratio = proxy.bytes_served / share
+        print(f"rank {rank}: fetched {proxy.bytes_served} bytes, {ratio:.3f} x its share")
+        assert 0.9 < ratio < 1.25, (rank, proxy.bytes_served, share)

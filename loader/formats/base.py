@@ -5,6 +5,7 @@ from __future__ import annotations
 from collections.abc import Sequence
 from typing import Any, Protocol
 
+from ..shard import Shard
 from ..storage import FileEntry
 
 __all__ = ["Format"]
@@ -26,13 +27,7 @@ class Format(Protocol):
         ...
 
     def read(
-        self,
-        fs: Any,
-        url: str,
-        details: dict[str, Any],
-        start: int,
-        stop: int,
-        columns: Sequence[str] | None,
+        self, fs: Any, shard: Shard, start: int, stop: int, columns: Sequence[str] | None
     ) -> Any:
         """Rows [start, stop) of the shard in storage order."""
         ...

@@ -9,10 +9,12 @@ from typing import Any
 import numpy as np
 import pyarrow as pa
 import pyarrow.parquet as pq
-from fsspec.parquet import open_parquet_file
+from fsspec.parquet import AlreadyBufferedFile
+from fsspec.utils import merge_offset_ranges
 
 from ..batching import table_to_batch
 from ..errors import ShardError
+from ..shard import Shard
 from ..storage import FileEntry, redact
 
 __all__ = ["ParquetFormat", "footer_details"]
@@ -49,7 +51,7 @@ def footer_details(footer: bytes, url: str) -> dict[str, Any]:
             "row_group_rows": rows,
             "row_group_offsets": offsets,
             "row_group_bytes": lengths,
-            "footer_bytes": len(footer),
+            "footer_bytes": len(footer),  # metadata + 4-byte length + "PAR1"
         },
         "schema": base64.b64encode(schema.serialize().to_pybytes()).decode("ascii"),
     }
@@ -71,6 +73,40 @@ def _check_footer(tail: bytes, entry: FileEntry) -> int:
     return length
 
 
+MAX_GAP = 64_000  # fetch the gap between two needed column chunks when it is this small
+
+
+def _fetch_column_chunks(
+    fs: Any, url: str, meta: Any, groups: Sequence[int], columns: Sequence[str] | None
+) -> dict[tuple[int, int], bytes]:
+    """{(start, end): bytes} holding the asked columns' chunks in the given row groups.
+
+    fsspec.parquet.open_parquet_file computes the same ranges, but it re-reads the footer on
+    every call and needs a footer sample of at least pyarrow's 64 KiB tail read; with the
+    footer already parsed, we only fetch the column chunks (coalesced, concurrent on S3).
+    """
+    wanted = None if columns is None else set(columns)
+    starts, ends = [], []
+    for g in groups:
+        rg = meta.row_group(g)
+        for j in range(rg.num_columns):
+            col = rg.column(j)
+            if wanted is not None and col.path_in_schema.split(".")[0] not in wanted:
+                continue
+            begin = col.dictionary_page_offset if col.has_dictionary_page else col.data_page_offset
+            starts.append(begin)
+            ends.append(begin + col.total_compressed_size)
+    path = fs._strip_protocol(url)
+    _, starts, ends = merge_offset_ranges([path] * len(starts), starts, ends, max_gap=MAX_GAP)
+    data = fs.cat_ranges([path] * len(starts), starts, ends) if starts else []
+    for blob, a, b in zip(data, starts, ends):
+        if isinstance(blob, Exception):
+            raise blob
+        if len(blob) != b - a:
+            raise ShardError(f"{redact(url)}: short read of bytes [{a}, {b}): got {len(blob)}")
+    return {(a, int(b)): blob for a, b, blob in zip(starts, ends, data)}
+
+
 class ParquetFormat:
     name = "parquet"
     suffixes = (".parquet",)
@@ -87,34 +123,45 @@ class ParquetFormat:
         footers = fs.cat_ranges(paths, starts, [e.size for e in entries])
         return [footer_details(f, e.url) for f, e in zip(footers, entries)]
 
+    def __init__(self) -> None:
+        # footers parsed in this process, by (url, version): a worker reading several pieces
+        # of a shard fetches its footer once
+        self._meta: dict[tuple[str, str | None], pq.FileMetaData] = {}
+
+    def _metadata(self, fs: Any, shard: Shard) -> Any:
+        key = (shard.url, shard.version)
+        if key not in self._meta:
+            size, n = shard.bytes, shard.details["footer_bytes"]
+            footer = fs.cat_file(fs._strip_protocol(shard.url), start=size - n, end=size)
+            self._meta[key] = pq.read_metadata(pa.BufferReader(_MAGIC + footer))
+        return self._meta[key]
+
     def read(
-        self,
-        fs: Any,
-        url: str,
-        details: dict[str, Any],
-        start: int,
-        stop: int,
-        columns: Sequence[str] | None,
+        self, fs: Any, shard: Shard, start: int, stop: int, columns: Sequence[str] | None
     ) -> pa.Table:
-        """Rows [start, stop): fetches the footer and only the column chunks of the row
-        groups holding them (fsspec.parquet computes and coalesces the byte ranges)."""
+        """Rows [start, stop): fetches the footer (once per shard and process) and only the
+        column chunks of the asked columns in the row groups holding those rows."""
         # (G+1,) first row of each row group, and the row groups overlapping [start, stop)
-        first = np.concatenate(([0], np.cumsum(details["row_group_rows"])))
+        url = shard.url
+        first = np.concatenate(([0], np.cumsum(shard.details["row_group_rows"])))
         g0 = int(np.searchsorted(first, start, side="right")) - 1
         g1 = int(np.searchsorted(first, stop, side="left"))
         groups = list(range(g0, g1))
-        path = fs._strip_protocol(url)
         cols = list(columns) if columns is not None else None
         try:
-            with open_parquet_file(
-                path,
-                fs=fs,
-                columns=cols,
-                row_groups=groups,
-                engine="pyarrow",
-                footer_sample_size=details["footer_bytes"] + 8,
-            ) as f:
-                table = pq.ParquetFile(f).read_row_groups(groups, columns=cols)
+            meta = self._metadata(fs, shard)
+            parts = _fetch_column_chunks(fs, url, meta, groups, cols)
+            # pyarrow decodes from the fetched parts only: fsspec's "parts" cache serves its
+            # reads, and the metadata we pass keeps it from reading the footer again
+            f = AlreadyBufferedFile(
+                fs=None,
+                path=url,
+                mode="rb",
+                cache_type="parts",
+                cache_options={"data": parts},
+                size=shard.bytes,
+            )
+            table = pq.ParquetFile(f, metadata=meta).read_row_groups(groups, columns=cols)
         except FileNotFoundError:
             raise FileNotFoundError(f"{redact(url)}: shard not found") from None
         except (pa.ArrowException, OSError, ValueError) as e:

@@ -19,6 +19,7 @@ import torch
 from webdataset.tariterators import base_plus_ext
 
 from ..errors import ShardError
+from ..shard import Shard
 from ..storage import FileEntry, redact
 
 __all__ = ["TarFormat", "scan_tar"]
@@ -74,16 +75,11 @@ class TarFormat:
             return list(pool.map(one, entries))
 
     def read(
-        self,
-        fs: Any,
-        url: str,
-        details: dict[str, Any],
-        start: int,
-        stop: int,
-        columns: Sequence[str] | None,
+        self, fs: Any, shard: Shard, start: int, stop: int, columns: Sequence[str] | None
     ) -> list[dict[str, Any]]:
         """Records [start, stop) as webdataset sample dicts, from one range read spanning
         their members (the headers between them come along; they are small)."""
+        url, details = shard.url, shard.details
         recs = details["members"][start:stop]
         lo = recs[0][0][1]
         hi = max(off + size for _, off, size in recs[-1])

@@ -1,0 +1,164 @@
+"""ShardIndex: discovery, what it records, save/load, staleness, and clear errors."""
+
+from __future__ import annotations
+
+import io
+import json
+import os
+from pathlib import Path
+from typing import Any
+
+import fsspec
+import pyarrow as pa
+import pyarrow.parquet as pq
+import pytest
+
+from loader import ShardError, ShardIndex, StaleIndexError, StreamingDataset
+
+from .datagen import SIZES, parquet_table, write_dataset
+from .s3proxy import counting_proxy
+
+LOCAL = fsspec.filesystem("file")
+
+
+def test_discovery_from_dir_glob_file_and_list(tmp_path: Path) -> None:
+    paths = write_dataset(LOCAL, str(tmp_path), "parquet")
+    (tmp_path / "_SUCCESS").write_text("")  # not a shard: ignored in a directory
+    by_dir = ShardIndex.build(str(tmp_path))
+    assert [s.url for s in by_dir.shards] == [f"file://{p}" for p in paths]
+    assert by_dir.shard_sizes.tolist() == SIZES and by_dir.num_records == sum(SIZES)
+    assert len(ShardIndex.build(str(tmp_path / "part-0000[0-2].parquet"))) == 3
+    assert len(ShardIndex.build(paths[2])) == 1
+    assert ShardIndex.build(paths[::-1]).shard_sizes.tolist() == SIZES[::-1]
+
+
+def test_parquet_details_are_row_groups_with_byte_ranges(tmp_path: Path) -> None:
+    paths = write_dataset(LOCAL, str(tmp_path), "parquet", sizes=[20], row_group_size=8)
+    shard = ShardIndex.build(paths).shards[0]
+    d = shard.details
+    assert d["row_group_rows"] == [8, 8, 4]
+    meta = pq.read_metadata(paths[0])
+    assert d["footer_bytes"] == meta.serialized_size + 8  # + length and magic
+    raw = Path(paths[0]).read_bytes()
+    assert shard.bytes == len(raw) and shard.version is not None
+    # row groups lie one after the other between the leading magic and the footer
+    ends = [off + n for off, n in zip(d["row_group_offsets"], d["row_group_bytes"])]
+    assert d["row_group_offsets"][0] == 4
+    assert d["row_group_offsets"][1:] == ends[:-1]
+    assert ends[-1] == len(raw) - d["footer_bytes"]
+
+
+def test_tar_details_are_member_ranges(tmp_path: Path) -> None:
+    paths = write_dataset(LOCAL, str(tmp_path), "tar", sizes=[3])
+    shard = ShardIndex.build(paths).shards[0]
+    raw = Path(paths[0]).read_bytes()
+    assert shard.details["keys"] == ["sample000000", "sample000001", "sample000002"]
+    ext, off, size = shard.details["members"][1][1]
+    assert ext == "txt" and raw[off : off + size] == b"record 1"
+
+
+@pytest.mark.parametrize("fmt", ["parquet", "tar"])
+def test_save_load_round_trip_as_json(tmp_path: Path, fmt: str) -> None:
+    write_dataset(LOCAL, str(tmp_path / "d"), fmt)
+    index = ShardIndex.build(str(tmp_path / "d"))
+    index.save(str(tmp_path / "train.index.json"))
+    doc = json.loads((tmp_path / "train.index.json").read_text())
+    assert doc["format_version"] == 1 and len(doc["shards"]) == len(SIZES)
+    loaded = ShardIndex.load(str(tmp_path / "train.index.json"))
+    assert loaded.shards == index.shards
+    assert (loaded.schema is None) == (fmt == "tar")
+    if fmt == "parquet":
+        assert loaded.schema.equals(index.schema)
+    # a saved index is a source of its own
+    ds = StreamingDataset(str(tmp_path / "train.index.json"), shuffle=False)
+    assert len(list(ds)) == sum(SIZES)
+
+
+def test_stale_index_is_detected_and_named(tmp_path: Path) -> None:
+    paths = write_dataset(LOCAL, str(tmp_path), "parquet")
+    index = ShardIndex.build(str(tmp_path))
+    index.verify()  # fresh: no error
+    sink = io.BytesIO()
+    pq.write_table(parquet_table(0, 30), sink)
+    Path(paths[3]).write_bytes(sink.getvalue())
+    os.utime(paths[3], (1, 1))
+    with pytest.raises(StaleIndexError, match=r"part-00003\.parquet \(indexed \d+ bytes"):
+        index.verify()
+    Path(paths[4]).unlink()
+    with pytest.raises(StaleIndexError, match=r"2 shard\(s\) changed.*part-00004.parquet.*missing"):
+        index.verify()
+
+
+def test_mixed_formats_are_refused(tmp_path: Path) -> None:
+    write_dataset(LOCAL, str(tmp_path), "parquet", sizes=[3])
+    write_dataset(LOCAL, str(tmp_path / "t"), "tar", sizes=[3])
+    with pytest.raises(ValueError, match=r"mixed shard formats.*parquet.*tar"):
+        ShardIndex.build(str(tmp_path))
+
+
+@pytest.mark.parametrize(
+    ("make", "error", "message"),
+    [
+        (lambda p: str(p / "missing"), FileNotFoundError, "no such file, directory or prefix"),
+        (lambda p: str(p), FileNotFoundError, r"no shards found \(0 files"),
+        (lambda p: [str(p / "a.csv")], ValueError, r"a.csv: unknown shard format; known"),
+        (lambda p: [], ValueError, "list of shard URLs is empty"),
+        (lambda p: 42, ValueError, "source must be a URL"),
+    ],
+)
+def test_bad_sources(tmp_path: Path, make: Any, error: type, message: str) -> None:
+    with pytest.raises(error, match=message):
+        ShardIndex.resolve(make(tmp_path))
+
+
+def test_conflicting_schemas_name_the_shard(tmp_path: Path) -> None:
+    write_dataset(LOCAL, str(tmp_path), "parquet", sizes=[3, 3])
+    pq.write_table(pa.table({"id": [1], "other": ["x"]}), tmp_path / "part-00002.parquet")
+    with pytest.raises(ShardError, match=r"part-00002.parquet: schema differs.*other: absent vs"):
+        ShardIndex.build(str(tmp_path))
+
+
+def test_not_parquet_is_named(tmp_path: Path) -> None:
+    (tmp_path / "bad.parquet").write_bytes(b"not parquet at all, just bytes")
+    with pytest.raises(ShardError, match=r"bad.parquet: not a Parquet file"):
+        ShardIndex.build(str(tmp_path))
+
+
+def test_s3_prefix_and_index_on_s3(s3: Any) -> None:
+    fs = s3.fs()
+    fs.mkdir("data")
+    write_dataset(fs, "data/set", "parquet")
+    index = ShardIndex.build("s3://data/set/", s3.storage_options)
+    assert index.shard_sizes.tolist() == SIZES
+    assert all(s.url.startswith("s3://data/set/part-") for s in index.shards)
+    index.save("s3://data/set.index.json", s3.storage_options)
+    assert ShardIndex.load("s3://data/set.index.json", s3.storage_options).shards == index.shards
+    index.verify(s3.storage_options)
+
+
+def test_aws_endpoint_url_variable_is_enough(s3: Any, monkeypatch: pytest.MonkeyPatch) -> None:
+    fs = s3.fs()
+    fs.mkdir("data")
+    write_dataset(fs, "data/set", "tar")
+    monkeypatch.setenv("AWS_ENDPOINT_URL", s3.endpoint_url)
+    ds = StreamingDataset("s3://data/set", shuffle=False)  # no storage_options at all
+    assert len(list(ds)) == sum(SIZES)
+
+
+def test_wrong_bucket_is_named(s3: Any) -> None:
+    with pytest.raises(FileNotFoundError, match="s3://no-such-bucket/x"):
+        ShardIndex.build("s3://no-such-bucket/x", s3.storage_options)
+
+
+def test_building_reads_only_parquet_footers(s3: Any) -> None:
+    fs = s3.fs()
+    fs.mkdir("data")
+    write_dataset(fs, "data/set", "parquet", sizes=[4000] * 4, row_group_size=500)
+    total = sum(fs.size(p) for p in fs.ls("data/set"))
+    with counting_proxy(s3.endpoint_url) as proxy:
+        opts = {"client_kwargs": {"endpoint_url": proxy.url}}
+        index = ShardIndex.build("s3://data/set", opts)
+    footers = sum(s.details["footer_bytes"] + 8 for s in index.shards)  # tail, then footer
+    shard_bytes = sum(n for _, path, n in proxy.requests if "part-" in path)
+    assert shard_bytes == footers  # from the shards themselves: the footers, nothing else
+    assert proxy.bytes_served < total / 10  # the listing included
