@@ -109,7 +109,8 @@ def torchrun(
     Returns each rank's stdout, read from torchrun's per-rank log files, so that lines of
     different ranks never interleave.
     """
-    full_env = {**os.environ, "OMP_NUM_THREADS": "1", **(env or {})}
+    path = os.pathsep.join(filter(None, [str(REPO), os.environ.get("PYTHONPATH")]))
+    full_env = {**os.environ, "OMP_NUM_THREADS": "1", "PYTHONPATH": path, **(env or {})}
     for name in ("RANK", "WORLD_SIZE", "LOCAL_RANK", "MASTER_ADDR", "MASTER_PORT"):
         full_env.pop(name, None)
     with tempfile.TemporaryDirectory() as logs:

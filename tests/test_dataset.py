@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 import math
 from collections import Counter
 from pathlib import Path
@@ -193,3 +194,18 @@ def test_a_rank_fetches_about_its_share_of_the_bytes(s3: Any) -> None:
         ratio = proxy.bytes_served / share
         print(f"rank {rank}: fetched {proxy.bytes_served} bytes, {ratio:.3f} x its share")
         assert 0.9 < ratio < 1.25, (rank, proxy.bytes_served, share)
+
+
+@pytest.mark.parametrize("workers", [0, 2])
+def test_under_torchrun_ranks_come_from_the_process_group(tmp_path: Path, workers: int) -> None:
+    from .conftest import REPO, torchrun
+
+    url, _ = make_source("local", "parquet", tmp_path)
+    out = torchrun(REPO / "tests" / "dist" / "dataset_allgather.py", url, str(workers), nproc=3)
+    line = next(x for x in out[0].splitlines() if x.startswith("IDS "))
+    per_rank = json.loads(line[4:])
+    assert [len(ids) for ids in per_rank] == [N // 3] * 3
+    flat = [i for ids in per_rank for i in ids]
+    assert len(set(flat)) == len(flat)  # drop_last: exactly once across ranks
+    for rank, ids in enumerate(per_rank):
+        assert Counter(ids) == Counter(ShardSampler(SIZES, 3, rank, seed=11, drop_last=True))
