@@ -8,6 +8,7 @@ from collections.abc import Callable, Iterator, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from typing import Any
 
+import numpy as np
 import torch
 import torch.distributed as dist
 from torch.utils.data import IterableDataset, get_worker_info
@@ -164,17 +165,17 @@ class StreamingDataset(IterableDataset[Any]):
             start, stop = int(plan.starts[piece]), int(plan.stops[piece])
             return fmt.read(fs, shard, start, stop, self.columns)
 
-        loaded: dict[int, Any] = {}
+        joined: Any = None
         block: tuple[int, int] | None = None
         with ThreadPoolExecutor(max_workers=self.read_threads) as pool:
             for chunk in plan.chunks():
                 if chunk.block != block:
                     block = chunk.block
-                    pieces = range(*block)
-                    loaded = dict(zip(pieces, pool.map(read, pieces)))
-                p0 = block[0]
-                parts = [loaded[p] for p in range(*block)]
-                yield fmt.take(parts, chunk.pieces - p0, chunk.rows - plan.starts[chunk.pieces])
+                    joined = fmt.join(list(pool.map(read, range(*block))))
+                    # (k+1,) where each piece of the block starts in `joined`
+                    offsets = np.concatenate(([0], np.cumsum(plan.sizes[block[0] : block[1]])))
+                local = offsets[chunk.pieces - block[0]] + chunk.rows - plan.starts[chunk.pieces]
+                yield fmt.take(joined, local)
 
 
 def _batches(taken: Iterator[Any], fmt: Format, size: int) -> Iterator[dict[str, Any]]:

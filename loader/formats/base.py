@@ -15,7 +15,8 @@ class Format(Protocol):
     """One shard format: how to index a shard, read a row range, and shape the records.
 
     A *part* is what `read` returns for rows [start, stop) of one shard (an Arrow table,
-    a list of sample dicts); `take` gathers rows of several parts in reading order.
+    a list of sample dicts); `join` puts a block's parts together, `take` gathers its rows
+    in reading order.
     """
 
     name: str
@@ -32,8 +33,12 @@ class Format(Protocol):
         """Rows [start, stop) of the shard in storage order."""
         ...
 
-    def take(self, parts: Sequence[Any], part_of: Any, row_in_part: Any) -> Any:
-        """Record k is row `row_in_part[k]` of `parts[part_of[k]]`."""
+    def join(self, parts: Sequence[Any]) -> Any:
+        """The parts of one block as one gatherable whole, rows numbered part after part."""
+        ...
+
+    def take(self, joined: Any, indices: Any) -> Any:
+        """Rows `indices` (an int array) of a joined block, in that order."""
         ...
 
     def records(self, taken: Any) -> list[Any]:

@@ -99,8 +99,11 @@ class TarFormat:
             out.append(self.decode(sample) if self.decode else sample)
         return out
 
-    def take(self, parts: Sequence[list[Any]], part_of: Any, row_in_part: Any) -> list[Any]:
-        return [parts[p][r] for p, r in zip(part_of.tolist(), row_in_part.tolist())]
+    def join(self, parts: Sequence[list[Any]]) -> list[Any]:
+        return [x for part in parts for x in part]
+
+    def take(self, joined: list[Any], indices: Any) -> list[Any]:
+        return [joined[i] for i in indices.tolist()]
 
     def records(self, taken: list[Any]) -> list[Any]:
         return taken
