@@ -17,7 +17,7 @@ from sampler import DEFAULT_WINDOW, ShardSampler, Topology
 from sampler.plan import Plan
 
 from .formats import Format, format_for
-from .index import ShardIndex
+from .index import ShardIndex, check_unchanged
 from .storage import filesystem, redact
 
 __all__ = ["StreamingDataset"]
@@ -163,6 +163,7 @@ class StreamingDataset(IterableDataset[Any]):
         def read(piece: int) -> Any:
             shard = self.index.shards[int(plan.shards[piece])]
             start, stop = int(plan.starts[piece]), int(plan.stops[piece])
+            check_unchanged(fs, shard)
             return fmt.read(fs, shard, start, stop, self.columns)
 
         joined: Any = None

@@ -17,7 +17,7 @@ from .errors import ShardError, StaleIndexError
 from .formats import format_for, format_of_url, known_suffixes
 from .formats.parquet import schema_from_b64
 from .shard import Shard
-from .storage import FileEntry, file_entry, filesystem, list_files, redact
+from .storage import FileEntry, entry_of, file_entry, filesystem, list_files, redact
 
 __all__ = ["FORMAT_VERSION", "Shard", "ShardIndex"]
 
@@ -158,10 +158,9 @@ class ShardIndex:
                 now: FileEntry | None = file_entry(shard.url, storage_options)
             except FileNotFoundError:
                 now = None
-            if now is None or now.size != shard.bytes or now.version != shard.version:
-                found = "missing" if now is None else f"{now.size} bytes, version {now.version}"
-                was = f"{shard.bytes} bytes, version {shard.version}"
-                stale.append(f"{redact(shard.url)} (indexed {was}; now {found})")
+            reason = stale_reason(shard, now)
+            if reason:
+                stale.append(reason)
         if stale:
             raise StaleIndexError(
                 f"{len(stale)} shard(s) changed since the index was built: {'; '.join(stale[:5])}"
@@ -182,6 +181,35 @@ class ShardIndex:
             "source must be a URL, a list of URLs, a saved index or a ShardIndex, "
             f"got {type(source).__name__}"
         )
+
+
+def stale_reason(shard: Shard, now: FileEntry | None) -> str | None:
+    """Why `shard` no longer matches the file found now (None when it still does)."""
+    if now is not None and now.size == shard.bytes and now.version == shard.version:
+        return None
+    found = "missing" if now is None else f"{now.size} bytes, version {now.version}"
+    return (
+        f"{redact(shard.url)} (indexed {shard.bytes} bytes, version {shard.version}; now {found})"
+    )
+
+
+_CHECKED: set[tuple[str, str | None]] = set()  # shards this process found unchanged
+
+
+def check_unchanged(fs: Any, shard: Shard) -> None:
+    """Before a process first reads a shard: StaleIndexError if it changed since indexing
+    (one stat or HEAD per shard and process)."""
+    key = (shard.url, shard.version)
+    if key in _CHECKED:
+        return
+    try:
+        now: FileEntry | None = entry_of(fs, fs.info(fs._strip_protocol(shard.url)))
+    except FileNotFoundError:
+        now = None
+    reason = stale_reason(shard, now)
+    if reason:
+        raise StaleIndexError(f"{reason}: the shard changed since the index was built; rebuild it")
+    _CHECKED.add(key)
 
 
 def _schema_b64(schema: pa.Schema) -> str:

@@ -66,7 +66,8 @@ def version_of(info: dict[str, Any]) -> str | None:
     return None
 
 
-def _entry(fs: Any, info: dict[str, Any]) -> FileEntry:
+def entry_of(fs: Any, info: dict[str, Any]) -> FileEntry:
+    """The FileEntry of an fsspec info dict."""
     return FileEntry(fs.unstrip_protocol(info["name"]), int(info["size"]), version_of(info))
 
 
@@ -83,7 +84,7 @@ def list_files(url: str, storage_options: dict[str, Any] | None = None) -> list[
             infos = [fs.info(path)]
     except FileNotFoundError:
         raise FileNotFoundError(f"{redact(url)}: no such file, directory or prefix") from None
-    entries = [_entry(fs, i) for i in infos if i.get("type", "file") == "file"]
+    entries = [entry_of(fs, i) for i in infos if i.get("type", "file") == "file"]
     return sorted(entries, key=lambda e: e.url)
 
 
@@ -91,6 +92,6 @@ def file_entry(url: str, storage_options: dict[str, Any] | None = None) -> FileE
     """Size and version of one file; FileNotFoundError naming it when missing."""
     fs, path = filesystem(url, storage_options)
     try:
-        return _entry(fs, fs.info(path))
+        return entry_of(fs, fs.info(path))
     except FileNotFoundError:
         raise FileNotFoundError(f"{redact(url)}: shard not found") from None

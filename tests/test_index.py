@@ -162,3 +162,19 @@ def test_building_reads_only_parquet_footers(s3: Any) -> None:
     shard_bytes = sum(n for _, path, n in proxy.requests if "part-" in path)
     assert shard_bytes == footers  # from the shards themselves: the footers, nothing else
     assert proxy.bytes_served < total / 10  # the listing included
+
+
+@pytest.mark.parametrize("workers", [0, 2])
+def test_reading_a_changed_shard_raises_stale_index(tmp_path: Path, workers: int) -> None:
+    from torch.utils.data import DataLoader
+
+    paths = write_dataset(LOCAL, str(tmp_path), "parquet")
+    index = ShardIndex.build(str(tmp_path))
+    sink = io.BytesIO()
+    pq.write_table(parquet_table(0, 23), sink, compression="none")
+    Path(paths[0]).write_bytes(sink.getvalue())
+    loader = DataLoader(
+        StreamingDataset(index, shuffle=False), batch_size=None, num_workers=workers
+    )
+    with pytest.raises(StaleIndexError, match=r"part-00000.parquet \(indexed .*rebuild it"):
+        list(loader)
