@@ -18,6 +18,7 @@ from sampler.plan import Plan
 
 from .formats import Format, format_for
 from .index import ShardIndex, check_unchanged
+from .resume import resume_point
 from .storage import filesystem, redact
 
 __all__ = ["StreamingDataset"]
@@ -102,6 +103,8 @@ class StreamingDataset(IterableDataset[Any]):
         )
         self.decode = decode
         self._epoch = torch.zeros((), dtype=torch.int64).share_memory_()  # type: ignore[no-untyped-call]
+        self._position = 0  # items yielded in this epoch by this object, in this process
+        self._resume: dict[str, int] | None = None
 
     def _check_columns(self) -> None:
         schema = self.index.schema
@@ -119,9 +122,60 @@ class StreamingDataset(IterableDataset[Any]):
         return int(self._epoch.item())
 
     def set_epoch(self, epoch: int) -> None:
-        """Select the epoch; seen by DataLoader workers already running, too."""
+        """Select the epoch; seen by DataLoader workers already running, too. Moving to
+        another epoch drops a loaded resume state."""
+        if epoch != self.epoch:
+            self._resume, self._position = None, 0
         self.sampler.set_epoch(epoch)
         self._epoch.fill_(epoch)
+
+    def state_dict(self) -> dict[str, int]:
+        """{"epoch", "position"}: the items (records, or batches with batch_size) this object
+        has yielded in the epoch, in this process. With num_workers=0 that is the rank's
+        stream; inside a DataLoader worker, that worker's own stream (what torchdata's
+        StatefulDataLoader saves per worker)."""
+        return {"epoch": self.epoch, "position": self._position}
+
+    def consumed_state(self, consumed: int, num_workers: int) -> dict[str, int]:
+        """The state after a torch DataLoader with `num_workers` workers has delivered
+        `consumed` items of this epoch, for `load_state_dict` before the next iteration."""
+        return {"epoch": self.epoch, "position": consumed, "num_workers": num_workers}
+
+    def load_state_dict(self, state: dict[str, int]) -> None:
+        """Continue an epoch: the next iteration of that epoch yields exactly the items after
+        `position`, in the same order, reading none of the skipped ones. With a
+        "num_workers" key (see `consumed_state`), position counts the items a DataLoader with
+        that many workers delivered, and each worker skips its own share of them."""
+        for key in ("epoch", "position"):
+            value = state.get(key)
+            if isinstance(value, bool) or not isinstance(value, int) or value < 0:
+                raise ValueError(f"state[{key!r}] must be an int >= 0, got {value!r}")
+        self.set_epoch(state["epoch"])
+        self._resume = dict(state)
+
+    def _resume_role(self, worker: int, workers: int) -> tuple[int, int]:
+        """(the worker whose stream this one reads, items of it to skip) for a loaded state;
+        (worker, 0) without one. See loader.resume for why the roles rotate."""
+        state = self._resume
+        if state is None or state["epoch"] != self.epoch:
+            return worker, 0
+        if "num_workers" not in state:
+            return worker, min(state["position"], self._items(worker, workers))
+        if state["num_workers"] != workers:
+            raise ValueError(
+                f"the state counts items of a DataLoader with num_workers={state['num_workers']}, "
+                f"this one has num_workers={workers}; resume with the same number of workers"
+            )
+        streams = max(1, workers)
+        skips, due = resume_point(
+            [self._items(w, workers) for w in range(streams)], state["position"]
+        )
+        role = (due + worker) % streams
+        return role, skips[role]
+
+    def _items(self, worker: int, workers: int) -> int:
+        records = self.sampler.worker_lengths(max(1, workers), self.batch_size or 1)[worker]
+        return records if self.batch_size is None else -(-records // self.batch_size)
 
     def __len__(self) -> int:
         """Records (or batches, with batch_size) this rank yields per epoch; equal on all ranks."""
@@ -138,24 +192,27 @@ class StreamingDataset(IterableDataset[Any]):
             return format_for("tar", decode=Decoder([basichandlers]))
         return format_for("tar", decode=self.decode or None)
 
-    def _plan(self) -> Plan:
+    def __iter__(self) -> Iterator[Any]:
         info = get_worker_info()
-        worker, workers = (info.id, info.num_workers) if info is not None else (0, 1)
+        worker, workers = (info.id, info.num_workers) if info is not None else (0, 0)
         sampler = copy.copy(self.sampler)
         sampler.set_epoch(self.epoch)
-        return sampler.plan(worker, workers, align=self.batch_size or 1)
-
-    def __iter__(self) -> Iterator[Any]:
+        role, skip = self._resume_role(worker, workers)
+        plan = sampler.plan(role, max(1, workers), align=self.batch_size or 1)
+        self._position = skip
         fmt = self._format()
-        taken = self._taken(self._plan(), fmt)
-        if self.batch_size is None:
-            for part in taken:
-                yield from fmt.records(part)
-        else:
-            yield from _batches(taken, fmt, self.batch_size)
+        taken = self._taken(plan, fmt, min(len(plan), skip * (self.batch_size or 1)))
+        items = (
+            (r for part in taken for r in fmt.records(part))
+            if self.batch_size is None
+            else _batches(taken, fmt, self.batch_size)
+        )
+        for item in items:
+            self._position += 1
+            yield item
 
-    def _taken(self, plan: Plan, fmt: Format) -> Iterator[Any]:
-        """The plan's records in reading order, in chunks of the format's rows."""
+    def _taken(self, plan: Plan, fmt: Format, start: int) -> Iterator[Any]:
+        """The plan's records in reading order from record `start` on, in chunks of rows."""
         if not plan.shards.size:
             return
         fs, _ = filesystem(self.index.shards[int(plan.shards[0])].url, self.storage_options)
@@ -169,7 +226,7 @@ class StreamingDataset(IterableDataset[Any]):
         joined: Any = None
         block: tuple[int, int] | None = None
         with ThreadPoolExecutor(max_workers=self.read_threads) as pool:
-            for chunk in plan.chunks():
+            for chunk in plan.chunks(start):
                 if chunk.block != block:
                     block = chunk.block
                     joined = fmt.join(list(pool.map(read, range(*block))))

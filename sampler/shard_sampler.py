@@ -9,7 +9,7 @@ import numpy as np
 import numpy.typing as npt
 from torch.utils.data import Sampler
 
-from .epoch import rank_length
+from .epoch import rank_length, worker_span
 from .plan import Plan, build_plan
 from .topology import Topology
 
@@ -123,6 +123,13 @@ class ShardSampler(Sampler[int]):
             window=self.window if self.shuffle else 1,
             align=align,
         )
+
+    def worker_lengths(self, num_workers: int = 1, align: int = 1) -> list[int]:
+        """Records in each worker's plan, `plan(w, num_workers, align)`, without planning."""
+        num_workers = _check_flag("num_workers", num_workers, 1)
+        align = _check_flag("align", align, 1)
+        spans = [worker_span(0, len(self), w, num_workers, align) for w in range(num_workers)]
+        return [hi - lo for lo, hi in spans]
 
     def __iter__(self) -> Iterator[int]:
         start, self._resume = self._resume, 0
