@@ -5,7 +5,7 @@ from __future__ import annotations
 import base64
 import json
 import logging
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import asdict, dataclass
 from typing import Any
 
@@ -25,6 +25,7 @@ log = logging.getLogger(__name__)
 
 FORMAT_VERSION = 1
 INDEX_SUFFIXES = (".index.json", ".json")
+SCAN_BATCH = 256  # shards whose footers or headers are read in one concurrent batch
 
 
 def _discover(
@@ -81,12 +82,16 @@ class ShardIndex:
 
     @classmethod
     def build(
-        cls, source: str | Sequence[str], storage_options: dict[str, Any] | None = None
+        cls,
+        source: str | Sequence[str],
+        storage_options: dict[str, Any] | None = None,
+        progress: Callable[[int, int], None] | None = None,
     ) -> ShardIndex:
         """Index a directory, an s3:// prefix, a glob, a single file or a list of URLs.
 
         Reads only what indexing needs: Parquet footers (two small range reads a shard,
         batched over shards), or one sequential pass over each tar's headers.
+        `progress(done, total)` is called as shards are indexed.
         """
         entries = _discover(source, storage_options)
         formats = sorted({str(format_of_url(e.url)) for e in entries})
@@ -99,7 +104,12 @@ class ShardIndex:
             )
         name = formats[0]
         fs, _ = filesystem(entries[0].url, storage_options)
-        scanned = format_for(name).scan(fs, entries)
+        fmt = format_for(name)
+        scanned: list[dict[str, Any]] = []
+        for i in range(0, len(entries), SCAN_BATCH):
+            scanned += fmt.scan(fs, entries[i : i + SCAN_BATCH])
+            if progress is not None:
+                progress(len(scanned), len(entries))
         shards = [
             Shard(e.url, name, int(s["num_records"]), e.size, e.version, s["details"])
             for e, s in zip(entries, scanned)
@@ -112,6 +122,13 @@ class ShardIndex:
             sum(s.num_records for s in shards),
         )
         return cls(shards, schema)
+
+    def bytes_for(self, shard: int, start: int, stop: int) -> int:
+        """Bytes a reader fetches for rows [start, stop) of shard number `shard`."""
+        if start >= stop:
+            return 0
+        s = self.shards[shard]
+        return format_for(s.format).piece_bytes(s, start, stop)
 
     def to_json(self) -> dict[str, Any]:
         return {
@@ -169,14 +186,19 @@ class ShardIndex:
             )
 
     @classmethod
-    def resolve(cls, source: Any, storage_options: dict[str, Any] | None = None) -> ShardIndex:
+    def resolve(
+        cls,
+        source: Any,
+        storage_options: dict[str, Any] | None = None,
+        progress: Callable[[int, int], None] | None = None,
+    ) -> ShardIndex:
         """A ShardIndex as given, a saved index (a path ending in .json), or a new build."""
         if isinstance(source, ShardIndex):
             return source
         if isinstance(source, str) and source.endswith(INDEX_SUFFIXES):
             return cls.load(source, storage_options)
         if isinstance(source, str | list | tuple):
-            return cls.build(source, storage_options)
+            return cls.build(source, storage_options, progress)
         raise ValueError(
             "source must be a URL, a list of URLs, a saved index or a ShardIndex, "
             f"got {type(source).__name__}"

@@ -2,7 +2,7 @@
 
 from .distributed import DistributedSampler
 from .mixing import distinct_per_batch
-from .plan import Chunk, Plan, build_plan
+from .plan import Chunk, Plan, all_plans, build_plan
 from .shard_sampler import DEFAULT_WINDOW, HasShardSizes, ShardSampler
 from .topology import Topology
 
@@ -14,6 +14,7 @@ __all__ = [
     "Plan",
     "ShardSampler",
     "Topology",
+    "all_plans",
     "build_plan",
     "distinct_per_batch",
 ]

@@ -8,11 +8,11 @@ from dataclasses import dataclass
 import numpy as np
 import numpy.typing as npt
 
-from .epoch import TAG_ROWS, epoch_line, rank_length, span_pieces, worker_span
+from .epoch import TAG_ROWS, EpochLine, epoch_line, rank_length, span_pieces, worker_span
 from .keyed import derive_key, derive_keys, permute
 from .mixing import CHUNK, block_order
 
-__all__ = ["Chunk", "Plan", "build_plan"]
+__all__ = ["Chunk", "Plan", "all_plans", "build_plan"]
 
 I64Array = npt.NDArray[np.int64]
 U64Array = npt.NDArray[np.uint64]
@@ -127,6 +127,33 @@ def build_plan(
     line = epoch_line(sizes, seed, epoch, shuffle)
     length = rank_length(line.num_records, num_replicas, drop_last)
     lo, hi = worker_span(rank, length, worker, num_workers, align)
+    return _plan_on(line, lo, hi, seed=seed, epoch=epoch, shuffle=shuffle, window=window)
+
+
+def all_plans(
+    sizes: I64Array,
+    *,
+    seed: int,
+    epoch: int,
+    shuffle: bool,
+    drop_last: bool,
+    num_replicas: int,
+    num_workers: int = 1,
+    window: int = 1,
+) -> Iterator[tuple[int, int, Plan]]:
+    """(rank, worker, plan) of every rank and worker, the epoch line computed once: O(shards
+    + ranks * workers * log shards) for all of them together."""
+    line = epoch_line(sizes, seed, epoch, shuffle)
+    length = rank_length(line.num_records, num_replicas, drop_last)
+    for rank in range(num_replicas):
+        for worker in range(num_workers):
+            lo, hi = worker_span(rank, length, worker, num_workers)
+            yield rank, worker, _plan_on(line, lo, hi, seed, epoch, shuffle, window)
+
+
+def _plan_on(
+    line: EpochLine, lo: int, hi: int, seed: int, epoch: int, shuffle: bool, window: int
+) -> Plan:
     shards, starts, stops = span_pieces(line, lo, hi)
     keys = derive_keys(derive_key(seed, epoch, TAG_ROWS), shards, starts) if shuffle else None
     return Plan(shards=shards, starts=starts, stops=stops, keys=keys, window=window)

@@ -10,7 +10,7 @@ import numpy.typing as npt
 from torch.utils.data import Sampler
 
 from .epoch import rank_length, worker_span
-from .plan import Plan, build_plan
+from .plan import Plan, all_plans, build_plan
 from .topology import Topology
 
 __all__ = ["DEFAULT_WINDOW", "HasShardSizes", "ShardSampler"]
@@ -122,6 +122,20 @@ class ShardSampler(Sampler[int]):
             num_workers=num_workers,
             window=self.window if self.shuffle else 1,
             align=align,
+        )
+
+    def all_plans(self, num_workers: int = 1) -> Iterator[tuple[int, int, Plan]]:
+        """(rank, worker, plan) for every rank of the job and every worker, as each would
+        compute it for the current epoch; the epoch's shard order is computed only once."""
+        return all_plans(
+            self.sizes,
+            seed=self.seed,
+            epoch=self.epoch,
+            shuffle=self.shuffle,
+            drop_last=self.drop_last,
+            num_replicas=self.num_replicas,
+            num_workers=_check_flag("num_workers", num_workers, 1),
+            window=self.window if self.shuffle else 1,
         )
 
     def worker_lengths(self, num_workers: int = 1, align: int = 1) -> list[int]:

@@ -263,3 +263,47 @@ def test_under_torchrun_ranks_come_from_the_process_group() -> None:
         for rank, ids in enumerate(per_rank):
             expect = list(ShardSampler(sizes, 3, rank, seed=5, drop_last=mode == "drop_last"))
             assert ids == expect
+
+
+@settings(max_examples=40, deadline=None)
+@given(case=cases)
+def test_all_plans_equal_each_ranks_own_plan(case: dict) -> None:
+    args = (case["sizes"], case["world"])
+    kw = dict(shuffle=case["shuffle"], seed=case["seed"], drop_last=case["drop_last"])
+    first = ShardSampler(*args, 0, window=case["window"], **kw)
+    first.set_epoch(case["epoch"])
+    for rank, worker, plan in first.all_plans(case["workers"]):
+        own = ShardSampler(*args, rank, window=case["window"], **kw)
+        own.set_epoch(case["epoch"])
+        mine = own.plan(worker, case["workers"])
+        assert plan.shards.tolist() == mine.shards.tolist()
+        assert (plan.starts.tolist(), plan.stops.tolist()) == (
+            mine.starts.tolist(),
+            mine.stops.tolist(),
+        )
+        assert [c.rows.tolist() for c in plan.chunks()] == [c.rows.tolist() for c in mine.chunks()]
+
+
+@settings(max_examples=60, deadline=None)
+@given(case=cases, align=st.integers(1, 6))
+def test_aligned_worker_cuts_fall_on_batch_boundaries(case: dict, align: int) -> None:
+    s = ShardSampler(
+        case["sizes"],
+        case["world"],
+        case["world"] - 1,
+        case["shuffle"],
+        case["seed"],
+        case["drop_last"],
+        case["window"],
+    )
+    lengths = s.worker_lengths(case["workers"], align)
+    assert sum(lengths) == len(s)
+    assert all(n % align == 0 for n in lengths[:-1])  # only the last worker's part is ragged
+    together = Counter(
+        (sh, r)
+        for w in range(case["workers"])
+        for c in s.plan(w, case["workers"], align).chunks()
+        for sh, r in zip(c.shards.tolist(), c.rows.tolist())
+    )
+    assert together == Counter(records(s))
+    assert [len(s.plan(w, case["workers"], align)) for w in range(case["workers"])] == lengths

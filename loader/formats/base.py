@@ -33,6 +33,10 @@ class Format(Protocol):
         """Rows [start, stop) of the shard in storage order."""
         ...
 
+    def piece_bytes(self, shard: Shard, start: int, stop: int) -> int:
+        """Bytes a read of rows [start, stop) of the shard fetches (all columns)."""
+        ...
+
     def join(self, parts: Sequence[Any]) -> Any:
         """The parts of one block as one gatherable whole, rows numbered part after part."""
         ...

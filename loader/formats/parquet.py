@@ -73,6 +73,15 @@ def _check_footer(tail: bytes, entry: FileEntry) -> int:
     return length
 
 
+def _row_groups(shard: Shard, start: int, stop: int) -> tuple[int, list[int]]:
+    """(first row of the first group, the row groups overlapping rows [start, stop))."""
+    # (G+1,) first row of each row group, then the total
+    first = np.concatenate(([0], np.cumsum(shard.details["row_group_rows"])))
+    g0 = int(np.searchsorted(first, start, side="right")) - 1
+    g1 = int(np.searchsorted(first, stop, side="left"))
+    return int(first[g0]), list(range(g0, g1))
+
+
 MAX_GAP = 64_000  # fetch the gap between two needed column chunks when it is this small
 
 
@@ -141,12 +150,8 @@ class ParquetFormat:
     ) -> pa.Table:
         """Rows [start, stop): fetches the footer (once per shard and process) and only the
         column chunks of the asked columns in the row groups holding those rows."""
-        # (G+1,) first row of each row group, and the row groups overlapping [start, stop)
         url = shard.url
-        first = np.concatenate(([0], np.cumsum(shard.details["row_group_rows"])))
-        g0 = int(np.searchsorted(first, start, side="right")) - 1
-        g1 = int(np.searchsorted(first, stop, side="left"))
-        groups = list(range(g0, g1))
+        first_row, groups = _row_groups(shard, start, stop)
         cols = list(columns) if columns is not None else None
         try:
             meta = self._metadata(fs, shard)
@@ -166,7 +171,12 @@ class ParquetFormat:
             raise FileNotFoundError(f"{redact(url)}: shard not found") from None
         except (pa.ArrowException, OSError, ValueError) as e:
             raise ShardError(f"{redact(url)}: cannot read row groups {groups}: {e}") from e
-        return table.slice(start - int(first[g0]), stop - start)
+        return table.slice(start - first_row, stop - start)
+
+    def piece_bytes(self, shard: Shard, start: int, stop: int) -> int:
+        """Bytes of the row groups holding rows [start, stop), all columns."""
+        _, groups = _row_groups(shard, start, stop)
+        return int(sum(shard.details["row_group_bytes"][g] for g in groups))
 
     def join(self, parts: Sequence[pa.Table]) -> pa.Table:
         # one contiguous chunk per column: take() on chunked columns is several times slower

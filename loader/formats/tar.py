@@ -99,6 +99,11 @@ class TarFormat:
             out.append(self.decode(sample) if self.decode else sample)
         return out
 
+    def piece_bytes(self, shard: Shard, start: int, stop: int) -> int:
+        """Bytes of the single range read that fetches records [start, stop)."""
+        recs = shard.details["members"][start:stop]
+        return int(max(o + n for _, o, n in recs[-1]) - recs[0][0][1]) if recs else 0
+
     def join(self, parts: Sequence[list[Any]]) -> list[Any]:
         return [x for part in parts for x in part]
 

@@ -1,0 +1,204 @@
+"""Show how a sharded dataset splits over a job's ranks, and save its index.
+
+    plan_shards.py SOURCE --world-size R [--workers W] [--seed S] [--epoch E] [--drop-last]
+                   [--save-index PATH] [--json] [--plot PNG] [--storage-options JSON]
+    plan_shards.py --simulate-shards S --records-per-shard N --world-size R ...
+
+Indexes SOURCE (a directory, s3:// prefix, glob or saved index; S3 credentials and endpoint
+from the standard AWS variables such as AWS_ENDPOINT_URL, or --storage-options), then prints
+one row per rank: records, shards touched, bytes to read (the row groups or tar ranges that
+hold its records), with the balance (max/min) and the mixing metric (mean distinct shards in
+a batch of 64 consecutive records) of a sample of ranks. --simulate-shards plans a synthetic
+dataset of equal shards without touching storage.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+from dataclasses import dataclass
+from typing import Any
+
+import numpy as np
+from tqdm import tqdm
+
+from loader import ShardError, ShardIndex
+from sampler import ShardSampler, distinct_per_batch
+
+MIXING_RANKS = 4  # ranks sampled for the mixing metric
+MIXING_RECORDS = 1 << 16  # records of each sampled rank it looks at
+
+
+@dataclass
+class RankRow:
+    rank: int
+    records: int
+    shards: int
+    bytes: int | None
+
+
+def parse_args(argv: list[str] | None) -> argparse.Namespace:
+    p = argparse.ArgumentParser(
+        prog="shardstream-plan", description=__doc__.split("\n")[0] if __doc__ else None
+    )
+    p.add_argument("source", nargs="?", help="directory, s3:// prefix, glob or saved index")
+    p.add_argument("--world-size", type=int, required=True, help="number of ranks R")
+    p.add_argument("--workers", type=int, default=1, help="DataLoader workers per rank")
+    p.add_argument("--seed", type=int, default=0)
+    p.add_argument("--epoch", type=int, default=0)
+    p.add_argument("--drop-last", action="store_true")
+    p.add_argument("--no-shuffle", action="store_true", help="plan storage order")
+    p.add_argument("--save-index", metavar="PATH", help="write the index (JSON) here")
+    p.add_argument("--json", action="store_true", help="print only JSON on stdout")
+    p.add_argument("--plot", metavar="PNG", help="draw per-rank records, bytes and shards")
+    p.add_argument("--storage-options", metavar="JSON", help="fsspec/s3fs options as JSON")
+    p.add_argument("--simulate-shards", type=int, metavar="S", help="plan S synthetic shards")
+    p.add_argument("--records-per-shard", type=int, metavar="N", help="with --simulate-shards")
+    args = p.parse_args(argv)
+    if (args.source is None) == (args.simulate_shards is None):
+        p.error("give either SOURCE or --simulate-shards")
+    if args.simulate_shards is not None and not args.records_per_shard:
+        p.error("--simulate-shards needs --records-per-shard")
+    for name in ("world_size", "workers", "simulate_shards", "records_per_shard"):
+        value = getattr(args, name)
+        if value is not None and value < 1:
+            p.error(f"--{name.replace('_', '-')} must be >= 1, got {value}")
+    return args
+
+
+def load_index(args: argparse.Namespace) -> ShardIndex | None:
+    if args.simulate_shards is not None:
+        return None
+    try:
+        options = json.loads(args.storage_options) if args.storage_options else None
+    except json.JSONDecodeError as e:
+        raise ValueError(f"--storage-options is not valid JSON: {e}") from None
+    with tqdm(desc="indexing shards", unit="shard", disable=args.json) as bar:
+
+        def progress(done: int, total: int) -> None:
+            bar.total = total
+            bar.update(done - bar.n)
+
+        index = ShardIndex.resolve(args.source, options, progress)
+    if args.save_index:
+        index.save(args.save_index, options)
+    return index
+
+
+def plan_rows(args: argparse.Namespace, index: ShardIndex | None) -> tuple[list[RankRow], float]:
+    sizes: Any = (
+        index.shard_sizes
+        if index is not None
+        else np.full(args.simulate_shards, args.records_per_shard, dtype=np.int64)
+    )
+    sampler = ShardSampler(
+        sizes, args.world_size, 0, not args.no_shuffle, args.seed, args.drop_last
+    )
+    sampler.set_epoch(args.epoch)
+    rows = [RankRow(r, 0, 0, 0 if index is not None else None) for r in range(args.world_size)]
+    touched: list[set[int]] = [set() for _ in range(args.world_size)]
+    sampled = set(np.linspace(0, args.world_size - 1, MIXING_RANKS).astype(int).tolist())
+    mixing = []
+    plans = sampler.all_plans(args.workers)
+    total = args.world_size * args.workers
+    for rank, worker, plan in tqdm(plans, total=total, desc="planning", disable=args.json):
+        row = rows[rank]
+        row.records += len(plan)
+        touched[rank].update(plan.shards.tolist())
+        if index is not None:
+            row.bytes = (row.bytes or 0) + sum(
+                index.bytes_for(int(s), int(a), int(b))
+                for s, a, b in zip(plan.shards, plan.starts, plan.stops)
+            )
+        if rank in sampled and worker == 0 and len(plan):
+            first = next(plan.chunks())
+            mixing.append(distinct_per_batch(first.shards[:MIXING_RECORDS], 64))
+    for row, shards in zip(rows, touched):
+        row.shards = len(shards)
+    mixes = [m for m in mixing if m == m]  # drop NaN (ranks with under a batch)
+    return rows, float(np.mean(mixes)) if mixes else float("nan")
+
+
+def summary(
+    args: argparse.Namespace, index: ShardIndex | None, rows: list[RankRow], mixing: float
+) -> dict[str, Any]:
+    records = [r.records for r in rows]
+    return {
+        "num_shards": len(index) if index is not None else args.simulate_shards,
+        "num_records": int(index.num_records)
+        if index is not None
+        else args.simulate_shards * args.records_per_shard,
+        "world_size": args.world_size,
+        "workers": args.workers,
+        "seed": args.seed,
+        "epoch": args.epoch,
+        "drop_last": args.drop_last,
+        "balance": max(records) / min(records) if min(records) else None,
+        "mixing": None if mixing != mixing else mixing,
+        "per_rank": [r.__dict__ for r in rows],
+    }
+
+
+def print_table(doc: dict[str, Any]) -> None:
+    rows = doc["per_rank"]
+    print(
+        f"{doc['num_shards']:,} shards, {doc['num_records']:,} records over "
+        f"{doc['world_size']} ranks x {doc['workers']} workers "
+        f"(seed {doc['seed']}, epoch {doc['epoch']})"
+    )
+    print(f"{'rank':>6} {'records':>14} {'shards':>8} {'bytes':>16}")
+    shown = rows if len(rows) <= 64 else [*rows[:16], None, *rows[-16:]]
+    for r in shown:
+        if r is None:
+            print(f"{'...':>6}  ({len(rows) - 32} more ranks; --json lists all)")
+            continue
+        b = "-" if r["bytes"] is None else f"{r['bytes']:,}"
+        print(f"{r['rank']:>6} {r['records']:>14,} {r['shards']:>8,} {b:>16}")
+    balance = "-" if doc["balance"] is None else f"{doc['balance']:.3f}"
+    mixing = "-" if doc["mixing"] is None else f"{doc['mixing']:.2f}"
+    print(f"balance (max/min records): {balance}; mixing (distinct shards per 64): {mixing}")
+
+
+def plot(doc: dict[str, Any], path: str) -> None:
+    try:
+        import matplotlib
+
+        matplotlib.use("Agg")
+        import matplotlib.pyplot as plt
+    except ImportError:
+        raise ValueError("--plot needs matplotlib: pip install 'shardstream[plot]'") from None
+    rows = doc["per_rank"]
+    ranks = [r["rank"] for r in rows]
+    fig, axes = plt.subplots(1, 3, figsize=(15, 4))
+    axes[0].bar(ranks, [r["records"] for r in rows])
+    axes[0].set(title="records per rank", xlabel="rank")
+    axes[1].bar(ranks, [r["bytes"] or 0 for r in rows])
+    axes[1].set(title="bytes to read per rank", xlabel="rank")
+    axes[2].hist([r["shards"] for r in rows], bins=min(50, max(1, len(rows))))
+    axes[2].set(title="shards touched per rank", xlabel="shards", ylabel="ranks")
+    fig.tight_layout()
+    fig.savefig(path)
+    plt.close(fig)
+
+
+def main(argv: list[str] | None = None) -> int:
+    args = parse_args(argv)
+    try:
+        index = load_index(args)
+        rows, mixing = plan_rows(args, index)
+        doc = summary(args, index, rows, mixing)
+        if args.plot:
+            plot(doc, args.plot)
+    except (ValueError, FileNotFoundError, PermissionError, ShardError) as e:
+        print(f"shardstream-plan: error: {e}", file=sys.stderr)
+        return 2
+    if args.json:
+        print(json.dumps(doc))
+    else:
+        print_table(doc)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,121 @@
+"""scripts/plan_shards.py (the shardstream-plan command): its outputs against the library."""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import subprocess
+import sys
+from pathlib import Path
+from typing import Any
+
+import fsspec
+import pytest
+
+from loader import ShardIndex
+from sampler import ShardSampler
+from shardstream_scripts.plan_shards import main
+
+from .datagen import SIZES, write_dataset
+
+REPO = Path(__file__).resolve().parents[1]
+
+
+def run_json(capsys: pytest.CaptureFixture[str], *argv: str) -> dict[str, Any]:
+    assert main([*argv, "--json"]) == 0
+    out = capsys.readouterr().out
+    return json.loads(out)  # stdout holds the JSON and nothing else
+
+
+@pytest.fixture
+def dataset(tmp_path: Path) -> str:
+    write_dataset(fsspec.filesystem("file"), str(tmp_path / "d"), "parquet", row_group_size=5)
+    return str(tmp_path / "d")
+
+
+@pytest.mark.parametrize(("world", "workers", "drop_last"), [(3, 1, False), (4, 2, True)])
+def test_json_matches_the_sampler(
+    capsys: pytest.CaptureFixture[str], dataset: str, world: int, workers: int, drop_last: bool
+) -> None:
+    args = [dataset, "--world-size", str(world), "--workers", str(workers), "--seed", "5"]
+    args += ["--epoch", "2"] + (["--drop-last"] if drop_last else [])
+    doc = run_json(capsys, *args)
+    index = ShardIndex.build(dataset)
+    assert (doc["num_shards"], doc["num_records"], doc["world_size"]) == (6, sum(SIZES), world)
+    for rank, row in enumerate(doc["per_rank"]):
+        s = ShardSampler(SIZES, world, rank, seed=5, drop_last=drop_last)
+        s.set_epoch(2)
+        plans = [s.plan(w, workers) for w in range(workers)]
+        shards = {int(x) for p in plans for x in p.shards}
+        nbytes = sum(
+            index.bytes_for(int(x), int(a), int(b))
+            for p in plans
+            for x, a, b in zip(p.shards, p.starts, p.stops)
+        )
+        assert row == {"rank": rank, "records": len(s), "shards": len(shards), "bytes": nbytes}
+    assert doc["balance"] == 1.0
+
+
+def test_table_and_saved_index(
+    capsys: pytest.CaptureFixture[str], dataset: str, tmp_path: Path
+) -> None:
+    saved = tmp_path / "out.index.json"
+    assert main([dataset, "--world-size", "2", "--save-index", str(saved)]) == 0
+    out = capsys.readouterr().out
+    assert "6 shards, 125 records over 2 ranks" in out
+    assert "balance (max/min records): 1.000" in out
+    assert ShardIndex.load(str(saved)).shards == ShardIndex.build(dataset).shards
+    # the saved index is a SOURCE of its own, and plans the same
+    again = run_json(capsys, str(saved), "--world-size", "2")
+    assert again["per_rank"] == run_json(capsys, dataset, "--world-size", "2")["per_rank"]
+
+
+def test_simulation(capsys: pytest.CaptureFixture[str]) -> None:
+    doc = run_json(
+        capsys, "--simulate-shards", "100000", "--records-per-shard", "1000", "--world-size", "512"
+    )
+    assert doc["num_records"] == 10**8
+    assert [r["records"] for r in doc["per_rank"]] == [10**8 // 512 + 1] * 512
+    assert all(r["bytes"] is None for r in doc["per_rank"])
+    assert max(r["shards"] for r in doc["per_rank"]) <= 100000 // 512 + 2
+    assert 7.0 < doc["mixing"] <= 8.0
+
+
+def test_plot(capsys: pytest.CaptureFixture[str], dataset: str, tmp_path: Path) -> None:
+    png = tmp_path / "plan.png"
+    assert main([dataset, "--world-size", "3", "--plot", str(png)]) == 0
+    assert png.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n" and png.stat().st_size > 10_000
+
+
+@pytest.mark.parametrize(
+    ("argv", "message"),
+    [
+        (["/no/such/dir", "--world-size", "2"], "error: /no/such/dir: no such file"),
+        (["--world-size", "2"], "give either SOURCE or --simulate-shards"),
+        (["--simulate-shards", "5", "--world-size", "2"], "needs --records-per-shard"),
+        (["x", "--world-size", "0"], "--world-size must be >= 1, got 0"),
+        (["x", "--world-size", "2", "--storage-options", "{"], "not valid JSON"),
+    ],
+)
+def test_errors_are_one_line_without_traceback(argv: list[str], message: str) -> None:
+    cmd = [sys.executable, str(REPO / "scripts" / "plan_shards.py"), *argv]
+    proc = subprocess.run(cmd, capture_output=True, text=True)
+    assert proc.returncode == 2
+    assert message in proc.stderr and "Traceback" not in proc.stderr
+    assert proc.stdout == ""
+
+
+def test_console_command_over_s3_with_aws_endpoint_url(s3: Any) -> None:
+    fs = s3.fs()
+    fs.mkdir("plans")
+    write_dataset(fs, "plans/d", "tar")
+    exe = shutil.which("shardstream-plan", path=str(Path(sys.executable).parent))
+    assert exe is not None, "pip install -e . installs the shardstream-plan command"
+    env = {**os.environ, "AWS_ENDPOINT_URL": s3.endpoint_url}
+    cmd = [exe, "s3://plans/d", "--world-size", "4", "--json"]
+    proc = subprocess.run(cmd, capture_output=True, text=True, env=env, check=True)
+    doc = json.loads(proc.stdout)
+    assert doc["num_records"] == sum(SIZES)
+    assert [r["records"] for r in doc["per_rank"]] == [32] * 4
+    assert all(r["bytes"] > 0 for r in doc["per_rank"])
