@@ -152,6 +152,7 @@ class StreamingDataset(IterableDataset[Any]):
                 raise ValueError(f"state[{key!r}] must be an int >= 0, got {value!r}")
         self.set_epoch(state["epoch"])
         self._resume = dict(state)
+        self._position = state["position"]
 
     def _resume_role(self, worker: int, workers: int) -> tuple[int, int]:
         """(the worker whose stream this one reads, items of it to skip) for a loaded state;

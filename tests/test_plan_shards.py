@@ -12,10 +12,10 @@ from typing import Any
 
 import fsspec
 import pytest
+from shardstream_scripts.plan_shards import main
 
 from loader import ShardIndex
 from sampler import ShardSampler
-from shardstream_scripts.plan_shards import main
 
 from .datagen import SIZES, write_dataset
 
