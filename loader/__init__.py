@@ -3,6 +3,14 @@
 from .dataset import StreamingDataset
 from .errors import ShardError, StaleIndexError
 from .index import ShardIndex
+from .retry import RetryPolicy
 from .shard import Shard
 
-__all__ = ["Shard", "ShardError", "ShardIndex", "StaleIndexError", "StreamingDataset"]
+__all__ = [
+    "RetryPolicy",
+    "Shard",
+    "ShardError",
+    "ShardIndex",
+    "StaleIndexError",
+    "StreamingDataset",
+]

@@ -19,6 +19,7 @@ from sampler.plan import Plan
 from .formats import Format, format_for
 from .index import ShardIndex, check_unchanged
 from .resume import resume_point
+from .retry import RetryPolicy
 from .storage import filesystem, redact
 
 __all__ = ["StreamingDataset"]
@@ -34,18 +35,21 @@ def _check_positive(name: str, value: object) -> int | None:
     return value
 
 
-def _shared_index(source: Any, storage_options: dict[str, Any] | None) -> ShardIndex:
+def _shared_index(
+    source: Any, storage_options: dict[str, Any] | None, retry: RetryPolicy
+) -> ShardIndex:
     """Build (or load) the index once: on rank 0 when a process group is initialized,
     broadcast to the others, so R ranks do not each list the bucket and read every footer.
     A failure on rank 0 is broadcast too, so no rank waits forever."""
     if isinstance(source, ShardIndex):
         return source
     if not (dist.is_available() and dist.is_initialized()) or dist.get_world_size() == 1:
-        return ShardIndex.resolve(source, storage_options)
+        return ShardIndex.resolve(source, storage_options, retry=retry)
     box: list[Any] = [None]
     if dist.get_rank() == 0:
         try:
-            box[0] = ShardIndex.resolve(source, storage_options).to_json()
+            index = ShardIndex.resolve(source, storage_options, retry=retry)
+            box[0] = index.to_json(keep_credentials=True)
         except Exception as e:  # sent to every rank, re-raised everywhere
             box[0] = e
     dist.broadcast_object_list(box, src=0)
@@ -70,6 +74,9 @@ class StreamingDataset(IterableDataset[Any]):
     list columns as tensors, others as lists; only the rank's last batch may be short.
     `columns` selects Parquet columns or tar extensions.
 
+    Transient storage errors (throttling, 5xx, dropped connections, timeouts) are retried as
+    `retry` says (a RetryPolicy: attempts and backoff); then the error names the shard.
+
     `set_epoch` reaches workers started earlier (``persistent_workers=True``): the epoch
     lives in a shared-memory tensor.
     """
@@ -89,13 +96,15 @@ class StreamingDataset(IterableDataset[Any]):
         window: int = DEFAULT_WINDOW,
         decode: bool | Callable[[dict[str, Any]], dict[str, Any]] = False,
         read_threads: int = 8,
+        retry: RetryPolicy | None = None,
     ) -> None:
         super().__init__()
         self.batch_size = _check_positive("batch_size", batch_size)
         self.read_threads = _check_positive("read_threads", read_threads) or 1
         topo = Topology.resolve(num_replicas, rank)
         self.storage_options = dict(storage_options or {})
-        self.index = _shared_index(source, self.storage_options)
+        self.retry = retry or RetryPolicy()
+        self.index = _shared_index(source, self.storage_options, self.retry)
         self.columns = None if columns is None else list(columns)
         self._check_columns()
         self.sampler = ShardSampler(
@@ -186,12 +195,13 @@ class StreamingDataset(IterableDataset[Any]):
     def _format(self) -> Format:
         name = self.index.format or "parquet"
         if name != "tar":
-            return format_for(name)
-        if self.decode is True:
+            return format_for(name, retry=self.retry)
+        decode = self.decode or None
+        if decode is True:
             from webdataset.autodecode import Decoder, basichandlers
 
-            return format_for("tar", decode=Decoder([basichandlers]))
-        return format_for("tar", decode=self.decode or None)
+            decode = Decoder([basichandlers])
+        return format_for("tar", decode=decode, retry=self.retry)
 
     def __iter__(self) -> Iterator[Any]:
         info = get_worker_info()
@@ -221,7 +231,7 @@ class StreamingDataset(IterableDataset[Any]):
         def read(piece: int) -> Any:
             shard = self.index.shards[int(plan.shards[piece])]
             start, stop = int(plan.starts[piece]), int(plan.stops[piece])
-            check_unchanged(fs, shard)
+            check_unchanged(fs, shard, self.retry)
             return fmt.read(fs, shard, start, stop, self.columns)
 
         joined: Any = None

@@ -16,8 +16,17 @@ import pyarrow as pa
 from .errors import ShardError, StaleIndexError
 from .formats import format_for, format_of_url, known_suffixes
 from .formats.parquet import schema_from_b64
+from .retry import RetryPolicy, retrying
 from .shard import Shard
-from .storage import FileEntry, entry_of, file_entry, filesystem, list_files, redact
+from .storage import (
+    FileEntry,
+    entry_of,
+    file_entry,
+    filesystem,
+    list_files,
+    redact,
+    strip_credentials,
+)
 
 __all__ = ["FORMAT_VERSION", "Shard", "ShardIndex"]
 
@@ -86,14 +95,18 @@ class ShardIndex:
         source: str | Sequence[str],
         storage_options: dict[str, Any] | None = None,
         progress: Callable[[int, int], None] | None = None,
+        retry: RetryPolicy | None = None,
     ) -> ShardIndex:
         """Index a directory, an s3:// prefix, a glob, a single file or a list of URLs.
 
         Reads only what indexing needs: Parquet footers (two small range reads a shard,
         batched over shards), or one sequential pass over each tar's headers.
-        `progress(done, total)` is called as shards are indexed.
+        `progress(done, total)` is called as shards are indexed; transient storage errors
+        are retried as `retry` says.
         """
-        entries = _discover(source, storage_options)
+        retry = retry or RetryPolicy()
+        where = source if isinstance(source, str) else "the listed shards"
+        entries = retrying(where, retry, lambda: _discover(source, storage_options))
         formats = sorted({str(format_of_url(e.url)) for e in entries})
         if len(formats) > 1:
             examples = [next(e.url for e in entries if format_of_url(e.url) == f) for f in formats]
@@ -104,7 +117,7 @@ class ShardIndex:
             )
         name = formats[0]
         fs, _ = filesystem(entries[0].url, storage_options)
-        fmt = format_for(name)
+        fmt = format_for(name, retry=retry)
         scanned: list[dict[str, Any]] = []
         for i in range(0, len(entries), SCAN_BATCH):
             scanned += fmt.scan(fs, entries[i : i + SCAN_BATCH])
@@ -130,11 +143,17 @@ class ShardIndex:
         s = self.shards[shard]
         return format_for(s.format).piece_bytes(s, start, stop)
 
-    def to_json(self) -> dict[str, Any]:
+    def to_json(self, keep_credentials: bool = False) -> dict[str, Any]:
+        """The index as JSON-serializable data; URLs lose any embedded credentials unless
+        `keep_credentials` (for handing the index to the job's other ranks, never saved)."""
+        strip = (lambda u: u) if keep_credentials else strip_credentials
+        shards = [{**asdict(s), "url": strip(s.url)} for s in self.shards]
+        if any(d["url"] != s.url for d, s in zip(shards, self.shards)):
+            log.warning("credentials embedded in shard URLs were left out of the saved index")
         return {
             "format_version": FORMAT_VERSION,
             "schema": None if self.schema is None else _schema_b64(self.schema),
-            "shards": [asdict(s) for s in self.shards],
+            "shards": shards,
         }
 
     @classmethod
@@ -191,6 +210,7 @@ class ShardIndex:
         source: Any,
         storage_options: dict[str, Any] | None = None,
         progress: Callable[[int, int], None] | None = None,
+        retry: RetryPolicy | None = None,
     ) -> ShardIndex:
         """A ShardIndex as given, a saved index (a path ending in .json), or a new build."""
         if isinstance(source, ShardIndex):
@@ -198,7 +218,7 @@ class ShardIndex:
         if isinstance(source, str) and source.endswith(INDEX_SUFFIXES):
             return cls.load(source, storage_options)
         if isinstance(source, str | list | tuple):
-            return cls.build(source, storage_options, progress)
+            return cls.build(source, storage_options, progress, retry)
         raise ValueError(
             "source must be a URL, a list of URLs, a saved index or a ShardIndex, "
             f"got {type(source).__name__}"
@@ -218,14 +238,16 @@ def stale_reason(shard: Shard, now: FileEntry | None) -> str | None:
 _CHECKED: set[tuple[str, str | None]] = set()  # shards this process found unchanged
 
 
-def check_unchanged(fs: Any, shard: Shard) -> None:
+def check_unchanged(fs: Any, shard: Shard, retry: RetryPolicy | None = None) -> None:
     """Before a process first reads a shard: StaleIndexError if it changed since indexing
     (one stat or HEAD per shard and process)."""
     key = (shard.url, shard.version)
     if key in _CHECKED:
         return
+    path = fs._strip_protocol(shard.url)
     try:
-        now: FileEntry | None = entry_of(fs, fs.info(fs._strip_protocol(shard.url)))
+        info = retrying(shard.url, retry or RetryPolicy(), lambda: fs.info(path))
+        now: FileEntry | None = entry_of(fs, info)
     except FileNotFoundError:
         now = None
     reason = stale_reason(shard, now)

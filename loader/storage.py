@@ -14,15 +14,39 @@ from typing import Any
 import fsspec
 from fsspec.core import url_to_fs
 
-__all__ = ["FileEntry", "filesystem", "list_files", "redact", "version_of"]
+__all__ = [
+    "FileEntry",
+    "denied",
+    "filesystem",
+    "list_files",
+    "redact",
+    "strip_credentials",
+    "version_of",
+]
 
 _USERINFO = re.compile(r"(?<=://)[^/@\s]+@")
 _SECRET_KEYS = ("secret", "token", "password", "key")
 
 
 def redact(url: str) -> str:
-    """The URL with any embedded credentials (``scheme://user:pass@host``) replaced."""
+    """The URL with any embedded credentials (``scheme://user:pass@host``) replaced, for
+    messages and logs."""
     return _USERINFO.sub("***@", str(url))
+
+
+def strip_credentials(url: str) -> str:
+    """The URL without embedded credentials, for what is saved (credentials belong in
+    storage_options or the environment)."""
+    return _USERINFO.sub("", str(url))
+
+
+def denied(url: str, error: BaseException) -> PermissionError:
+    """A PermissionError naming the URL and what to check."""
+    return PermissionError(
+        f"{redact(url)}: access denied ({redact(str(error))}); check the credentials "
+        "(storage_options key/secret, or AWS_ACCESS_KEY_ID / AWS_SECRET_ACCESS_KEY / "
+        "AWS_PROFILE) and the bucket policy"
+    )
 
 
 def redact_options(options: dict[str, Any] | None) -> dict[str, Any]:
@@ -84,6 +108,8 @@ def list_files(url: str, storage_options: dict[str, Any] | None = None) -> list[
             infos = [fs.info(path)]
     except FileNotFoundError:
         raise FileNotFoundError(f"{redact(url)}: no such file, directory or prefix") from None
+    except PermissionError as e:
+        raise denied(url, e) from None
     entries = [entry_of(fs, i) for i in infos if i.get("type", "file") == "file"]
     return sorted(entries, key=lambda e: e.url)
 
@@ -95,3 +121,5 @@ def file_entry(url: str, storage_options: dict[str, Any] | None = None) -> FileE
         return entry_of(fs, fs.info(path))
     except FileNotFoundError:
         raise FileNotFoundError(f"{redact(url)}: shard not found") from None
+    except PermissionError as e:
+        raise denied(url, e) from None

@@ -11,6 +11,7 @@ import tempfile
 import time
 import urllib.request
 from collections.abc import Iterator
+from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -34,13 +35,16 @@ def _moto_server_command(port: int) -> list[str]:
     return [exe, "-H", "127.0.0.1", "-p", str(port)]
 
 
-@pytest.fixture(scope="session")
-def s3_endpoint() -> Iterator[str]:
-    """URL of a moto S3 server started for this test session, stopped at its end."""
+@contextmanager
+def moto_server(env: dict[str, str] | None = None) -> Iterator[str]:
+    """A moto S3 server on a free 127.0.0.1 port; yields its URL, stops it afterwards."""
     port = free_port()
     url = f"http://127.0.0.1:{port}"
     proc = subprocess.Popen(
-        _moto_server_command(port), stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL
+        _moto_server_command(port),
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.DEVNULL,
+        env={**os.environ, **(env or {})},
     )
     try:
         deadline = time.monotonic() + 30
@@ -59,6 +63,21 @@ def s3_endpoint() -> Iterator[str]:
             proc.wait(timeout=10)
         except subprocess.TimeoutExpired:
             proc.kill()
+
+
+@pytest.fixture(scope="session")
+def s3_endpoint() -> Iterator[str]:
+    """URL of a moto S3 server started for this test session, stopped at its end."""
+    with moto_server() as url:
+        yield url
+
+
+@pytest.fixture(scope="session")
+def s3_auth_endpoint() -> Iterator[str]:
+    """A moto S3 server that checks credentials (IAM auth on from the first request): the
+    tests' fake keys get a real 403 from it."""
+    with moto_server({"INITIAL_NO_AUTH_ACTION_COUNT": "0"}) as url:
+        yield url
 
 
 @dataclass(frozen=True)

@@ -1,26 +1,48 @@
-"""A small HTTP proxy in front of the S3 server, on loopback, that counts the bytes it serves.
+"""A small HTTP proxy in front of the S3 server, on loopback: counts bytes, injects faults.
 
-Real HTTP end to end (s3fs -> proxy -> moto): nothing in s3fs or botocore is patched. Tests
-point `endpoint_url` at the proxy and read `bytes_served` afterwards.
+Real HTTP end to end (s3fs -> proxy -> moto): nothing in s3fs or botocore is patched.
+Tests point `endpoint_url` at the proxy; afterwards `bytes_served` says what was fetched.
+With faults on, a seeded random draw per GET answers 503 SlowDown, or sends the headers
+and half the body and then drops the connection (a reset mid-body).
 """
 
 from __future__ import annotations
 
 import http.client
+import random
+import socket
 import threading
 from collections.abc import Iterator
 from contextlib import contextmanager
+from dataclasses import dataclass
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from urllib.parse import urlsplit
 
 _HOP = {"connection", "keep-alive", "transfer-encoding", "te", "trailers", "upgrade"}
+_SLOWDOWN = (
+    b'<?xml version="1.0" encoding="UTF-8"?><Error><Code>SlowDown</Code>'
+    b"<Message>Please reduce your request rate.</Message></Error>"
+)
+
+
+@dataclass
+class Faults:
+    """What share of GETs fail, and how."""
+
+    slowdown: float = 0.0  # answer 503 SlowDown
+    reset: float = 0.0  # send half the body, then drop the connection
+    every_get: bool = False  # answer 503 to every GET
+    seed: int = 0
 
 
 class CountingProxy:
-    def __init__(self, upstream: str) -> None:
+    def __init__(self, upstream: str, faults: Faults | None = None) -> None:
         parts = urlsplit(upstream)
         self.upstream = (parts.hostname or "127.0.0.1", parts.port or 80)
+        self.faults = faults or Faults()
+        self.rng = random.Random(self.faults.seed)
         self.bytes_served = 0
+        self.injected = {"slowdown": 0, "reset": 0}
         self.requests: list[tuple[str, str, int]] = []  # (method, path, body bytes)
         self._lock = threading.Lock()
         proxy = self
@@ -34,32 +56,72 @@ class CountingProxy:
             def _forward(self) -> None:
                 length = int(self.headers.get("Content-Length") or 0)
                 body = self.rfile.read(length) if length else None
+                fault = proxy._draw() if self.command == "GET" else None
+                if fault == "slowdown":
+                    self._answer(503, _SLOWDOWN, {"Content-Type": "application/xml"})
+                    return
                 headers = {k: v for k, v in self.headers.items() if k.lower() not in _HOP}
                 conn = http.client.HTTPConnection(*proxy.upstream, timeout=30)
                 try:
                     conn.request(self.command, self.path, body=body, headers=headers)
                     resp = conn.getresponse()
                     data = resp.read()
-                    self.send_response(resp.status, resp.reason)
-                    for k, v in resp.getheaders():
-                        if k.lower() not in _HOP and k.lower() != "content-length":
-                            self.send_header(k, v)
-                    self.send_header("Content-Length", str(len(data)))
-                    self.end_headers()
-                    if self.command != "HEAD":
-                        self.wfile.write(data)
+                    kept = {
+                        k: v
+                        for k, v in resp.getheaders()
+                        if k.lower() not in _HOP and k.lower() != "content-length"
+                    }
                 finally:
                     conn.close()
+                if fault == "reset" and len(data) > 1:
+                    self._answer(resp.status, data, kept, cut=len(data) // 2)
+                    return
+                self._answer(resp.status, data if self.command != "HEAD" else b"", kept, len(data))
                 with proxy._lock:
                     n = len(data) if self.command == "GET" else 0
                     proxy.bytes_served += n
                     proxy.requests.append((self.command, self.path, n))
+
+            def _answer(
+                self,
+                status: int,
+                data: bytes,
+                headers: dict[str, str],
+                length: int | None = None,
+                cut: int | None = None,
+            ) -> None:
+                self.send_response(status)
+                for k, v in headers.items():
+                    self.send_header(k, v)
+                self.send_header("Content-Length", str(len(data) if length is None else length))
+                self.end_headers()
+                if cut is None:
+                    self.wfile.write(data)
+                    return
+                self.wfile.write(data[:cut])
+                self.wfile.flush()
+                self.close_connection = True
+                self.connection.shutdown(socket.SHUT_RDWR)
 
             do_GET = do_HEAD = do_PUT = do_POST = do_DELETE = _forward
 
         self.server = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
         self.server.daemon_threads = True
         self.url = f"http://127.0.0.1:{self.server.server_address[1]}"
+
+    def _draw(self) -> str | None:
+        with self._lock:
+            if self.faults.every_get:
+                self.injected["slowdown"] += 1
+                return "slowdown"
+            x = self.rng.random()
+            if x < self.faults.slowdown:
+                self.injected["slowdown"] += 1
+                return "slowdown"
+            if x < self.faults.slowdown + self.faults.reset:
+                self.injected["reset"] += 1
+                return "reset"
+            return None
 
     def reset_counts(self) -> None:
         with self._lock:
@@ -68,8 +130,8 @@ class CountingProxy:
 
 
 @contextmanager
-def counting_proxy(upstream: str) -> Iterator[CountingProxy]:
-    proxy = CountingProxy(upstream)
+def counting_proxy(upstream: str, faults: Faults | None = None) -> Iterator[CountingProxy]:
+    proxy = CountingProxy(upstream, faults)
     thread = threading.Thread(target=proxy.server.serve_forever, daemon=True)
     thread.start()
     try:

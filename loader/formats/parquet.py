@@ -14,6 +14,7 @@ from fsspec.utils import merge_offset_ranges
 
 from ..batching import table_to_batch
 from ..errors import ShardError
+from ..retry import RetryPolicy, read_ranges
 from ..shard import Shard
 from ..storage import FileEntry, redact
 
@@ -86,7 +87,12 @@ MAX_GAP = 64_000  # fetch the gap between two needed column chunks when it is th
 
 
 def _fetch_column_chunks(
-    fs: Any, url: str, meta: Any, groups: Sequence[int], columns: Sequence[str] | None
+    fs: Any,
+    url: str,
+    meta: Any,
+    groups: Sequence[int],
+    columns: Sequence[str] | None,
+    retry: RetryPolicy,
 ) -> dict[tuple[int, int], bytes]:
     """{(start, end): bytes} holding the asked columns' chunks in the given row groups.
 
@@ -107,41 +113,37 @@ def _fetch_column_chunks(
             ends.append(begin + col.total_compressed_size)
     path = fs._strip_protocol(url)
     _, starts, ends = merge_offset_ranges([path] * len(starts), starts, ends, max_gap=MAX_GAP)
-    data = fs.cat_ranges([path] * len(starts), starts, ends) if starts else []
-    for blob, a, b in zip(data, starts, ends):
-        if isinstance(blob, Exception):
-            raise blob
-        if len(blob) != b - a:
-            raise ShardError(f"{redact(url)}: short read of bytes [{a}, {b}): got {len(blob)}")
-    return {(a, int(b)): blob for a, b, blob in zip(starts, ends, data)}
+    ends = [int(b) for b in ends]
+    data = read_ranges(fs, [url] * len(starts), starts, ends, retry)
+    return {(a, b): blob for a, b, blob in zip(starts, ends, data)}
 
 
 class ParquetFormat:
     name = "parquet"
     suffixes = (".parquet",)
 
-    def scan(self, fs: Any, entries: Sequence[FileEntry]) -> list[dict[str, Any]]:
-        """Two batched range reads per shard, whatever its size: the 8-byte tail, then the
-        footer. fsspec's cat_ranges runs them concurrently on S3."""
-        paths = [fs._strip_protocol(e.url) for e in entries]
-        tails = fs.cat_ranges(
-            paths, [max(0, e.size - 8) for e in entries], [e.size for e in entries]
-        )
-        lengths = [_check_footer(t, e) for t, e in zip(tails, entries)]
-        starts = [e.size - 8 - n for e, n in zip(entries, lengths)]
-        footers = fs.cat_ranges(paths, starts, [e.size for e in entries])
-        return [footer_details(f, e.url) for f, e in zip(footers, entries)]
-
-    def __init__(self) -> None:
+    def __init__(self, retry: RetryPolicy | None = None) -> None:
+        self.retry = retry or RetryPolicy()
         # footers parsed in this process, by (url, version): a worker reading several pieces
         # of a shard fetches its footer once
         self._meta: dict[tuple[str, str | None], pq.FileMetaData] = {}
+
+    def scan(self, fs: Any, entries: Sequence[FileEntry]) -> list[dict[str, Any]]:
+        """Two batched range reads per shard, whatever its size: the 8-byte tail, then the
+        footer. fsspec's cat_ranges runs them concurrently on S3."""
+        urls = [e.url for e in entries]
+        sizes = [e.size for e in entries]
+        tails = read_ranges(fs, urls, [max(0, n - 8) for n in sizes], sizes, self.retry)
+        lengths = [_check_footer(t, e) for t, e in zip(tails, entries)]
+        starts = [e.size - 8 - n for e, n in zip(entries, lengths)]
+        footers = read_ranges(fs, urls, starts, sizes, self.retry)
+        return [footer_details(f, e.url) for f, e in zip(footers, entries)]
 
     def _metadata(self, fs: Any, shard: Shard) -> Any:
         key = (shard.url, shard.version)
         if key not in self._meta:
             size, n = shard.bytes, shard.details["footer_bytes"]
-            footer = fs.cat_file(fs._strip_protocol(shard.url), start=size - n, end=size)
+            (footer,) = read_ranges(fs, [shard.url], [size - n], [size], self.retry)
             self._meta[key] = pq.read_metadata(pa.BufferReader(_MAGIC + footer))
         return self._meta[key]
 
@@ -155,7 +157,7 @@ class ParquetFormat:
         cols = list(columns) if columns is not None else None
         try:
             meta = self._metadata(fs, shard)
-            parts = _fetch_column_chunks(fs, url, meta, groups, cols)
+            parts = _fetch_column_chunks(fs, url, meta, groups, cols, self.retry)
             # pyarrow decodes from the fetched parts only: fsspec's "parts" cache serves its
             # reads, and the metadata we pass keeps it from reading the footer again
             f = AlreadyBufferedFile(

@@ -9,6 +9,7 @@ its members, in one coalesced range read per piece.
 
 from __future__ import annotations
 
+import io
 import re
 import tarfile
 from collections.abc import Callable, Sequence
@@ -16,9 +17,11 @@ from concurrent.futures import ThreadPoolExecutor
 from typing import Any
 
 import torch
+from fsspec.caching import ReadAheadCache
 from webdataset.tariterators import base_plus_ext
 
 from ..errors import ShardError
+from ..retry import RetryPolicy, read_ranges
 from ..shard import Shard
 from ..storage import FileEntry, redact
 
@@ -26,13 +29,16 @@ __all__ = ["TarFormat", "scan_tar"]
 
 _SKIP_META = re.compile(r"__[^/]*__($|/)")  # webdataset's skip_meta default
 _SCAN_BLOCK = 1 << 20  # readahead while walking the headers
+_BLOCK = tarfile.BLOCKSIZE  # 512: a header; two zero blocks end an archive
 
 
 def scan_tar(f: Any, url: str, size: int) -> dict[str, Any]:
     """Index an open tar file: per record its key and members [ext, data offset, size].
 
     Members with the same key next to each other form one record, as webdataset's
-    group_by_keys does. A tar cut short raises ShardError rather than losing its tail.
+    group_by_keys does. A tar cut short raises ShardError rather than losing its tail:
+    inside a member, or between members (Python's tarfile then simply stops, so we check
+    for the end-of-archive block ourselves).
     """
     keys: list[str] = []
     members: list[list[list[Any]]] = []
@@ -53,23 +59,71 @@ def scan_tar(f: Any, url: str, size: int) -> dict[str, Any]:
                     keys.append(key)
                     members.append([])
                 members[-1].append([ext.lower(), info.offset_data, info.size])
+            end = tf.offset  # where the next header would start
     except tarfile.TarError as e:
         raise ShardError(f"{redact(url)}: corrupt or truncated tar ({e})") from e
+    f.seek(end)
+    if f.read(_BLOCK) != bytes(_BLOCK):
+        raise ShardError(
+            f"{redact(url)}: truncated tar: no end-of-archive block after byte {end} of "
+            f"{size}; the file was cut short (re-upload it)"
+        )
     return {"num_records": len(keys), "details": {"keys": keys, "members": members}}
+
+
+class RangeFile(io.RawIOBase):
+    """A read-only file over `read_ranges`: checked lengths and retries on every fetch.
+
+    The tar scan walks headers through this instead of `fs.open`, whose buffered reads can
+    come back short when a connection drops mid-body; fsspec's ReadAheadCache supplies the
+    readahead, our fetcher the retries (the Fetcher seam of fsspec.caching).
+    """
+
+    def __init__(self, fs: Any, url: str, size: int, retry: RetryPolicy) -> None:
+        super().__init__()
+
+        def fetch(start: int, end: int) -> bytes:
+            return read_ranges(fs, [url], [start], [min(end, size)], retry)[0]
+
+        self._cache = ReadAheadCache(_SCAN_BLOCK, fetch, size)
+        self._size, self._pos = size, 0
+
+    def readable(self) -> bool:
+        return True
+
+    def seekable(self) -> bool:
+        return True
+
+    def tell(self) -> int:
+        return self._pos
+
+    def seek(self, offset: int, whence: int = io.SEEK_SET) -> int:
+        base = {io.SEEK_SET: 0, io.SEEK_CUR: self._pos, io.SEEK_END: self._size}[whence]
+        self._pos = max(0, base + offset)
+        return self._pos
+
+    def read(self, n: int = -1) -> bytes:
+        end = self._size if n is None or n < 0 else min(self._size, self._pos + n)
+        data = self._cache._fetch(self._pos, end) if end > self._pos else b""
+        self._pos += len(data)
+        return data
 
 
 class TarFormat:
     name = "tar"
     suffixes = (".tar",)
 
-    def __init__(self, decode: Callable[[dict[str, Any]], dict[str, Any]] | None = None):
+    def __init__(
+        self,
+        decode: Callable[[dict[str, Any]], dict[str, Any]] | None = None,
+        retry: RetryPolicy | None = None,
+    ):
         self.decode = decode
+        self.retry = retry or RetryPolicy()
 
     def scan(self, fs: Any, entries: Sequence[FileEntry]) -> list[dict[str, Any]]:
         def one(entry: FileEntry) -> dict[str, Any]:
-            path = fs._strip_protocol(entry.url)
-            with fs.open(path, "rb", block_size=_SCAN_BLOCK, cache_type="readahead") as f:
-                return scan_tar(f, entry.url, entry.size)
+            return scan_tar(RangeFile(fs, entry.url, entry.size, self.retry), entry.url, entry.size)
 
         with ThreadPoolExecutor(max_workers=min(16, max(1, len(entries)))) as pool:
             return list(pool.map(one, entries))
@@ -83,12 +137,7 @@ class TarFormat:
         recs = details["members"][start:stop]
         lo = recs[0][0][1]
         hi = max(off + size for _, off, size in recs[-1])
-        try:
-            data = fs.cat_file(fs._strip_protocol(url), start=lo, end=hi)
-        except FileNotFoundError:
-            raise FileNotFoundError(f"{redact(url)}: shard not found") from None
-        if len(data) != hi - lo:
-            raise ShardError(f"{redact(url)}: short read of bytes [{lo}, {hi}): got {len(data)}")
+        (data,) = read_ranges(fs, [url], [lo], [hi], self.retry)
         keep = None if columns is None else set(columns)
         out = []
         for key, members in zip(details["keys"][start:stop], recs):
