@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import copy
 import logging
 from collections.abc import Callable, Iterator, Sequence
 from concurrent.futures import ThreadPoolExecutor
@@ -15,11 +14,12 @@ from torch.utils.data import IterableDataset, get_worker_info
 
 from sampler import DEFAULT_WINDOW, ShardSampler, Topology
 from sampler.plan import Plan
+from sampler.resume import Segment, cut_segments
 
 from .formats import Format, format_for
 from .index import ShardIndex, check_unchanged
-from .resume import resume_point
 from .retry import RetryPolicy
+from .state import Layout, check_state
 from .storage import filesystem, redact
 
 __all__ = ["StreamingDataset"]
@@ -113,7 +113,7 @@ class StreamingDataset(IterableDataset[Any]):
         self.decode = decode
         self._epoch = torch.zeros((), dtype=torch.int64).share_memory_()  # type: ignore[no-untyped-call]
         self._position = 0  # items yielded in this epoch by this object, in this process
-        self._resume: dict[str, int] | None = None
+        self._resume: dict[str, Any] | None = None  # the loaded state, until another epoch
 
     def _check_columns(self) -> None:
         schema = self.index.schema
@@ -138,58 +138,68 @@ class StreamingDataset(IterableDataset[Any]):
         self.sampler.set_epoch(epoch)
         self._epoch.fill_(epoch)
 
-    def state_dict(self) -> dict[str, int]:
-        """{"epoch", "position"}: the items (records, or batches with batch_size) this object
-        has yielded in the epoch, in this process. With num_workers=0 that is the rank's
-        stream; inside a DataLoader worker, that worker's own stream (what torchdata's
-        StatefulDataLoader saves per worker)."""
-        return {"epoch": self.epoch, "position": self._position}
+    def _layout(self, num_workers: int) -> Layout:
+        return Layout(
+            self.sampler.num_replicas,
+            num_workers,
+            self.batch_size or 0,
+            self.sampler.num_records,
+            self.sampler.drop_last,
+        )
 
-    def consumed_state(self, consumed: int, num_workers: int) -> dict[str, int]:
+    def state_dict(self) -> dict[str, Any]:
+        """The items (records, or batches with batch_size) this object has yielded in the
+        epoch, in this process, as a state for `load_state_dict`. Iterated directly
+        (num_workers=0), that is the rank's stream: a full state (see `consumed_state`).
+        Inside a DataLoader worker, that worker's own count {"epoch", "position"}: what
+        torchdata's StatefulDataLoader saves per worker."""
+        info = get_worker_info()
+        if info is None:
+            return self.consumed_state(self._position, 0)
+        state: dict[str, Any] = {"epoch": self.epoch, "position": self._position}
+        base = self._layout(info.num_workers).base_of(self._resume, self.epoch)
+        if base is not None:
+            state["elastic"] = base
+        return state
+
+    def consumed_state(self, consumed: int, num_workers: int) -> dict[str, Any]:
         """The state after a torch DataLoader with `num_workers` workers has delivered
-        `consumed` items of this epoch, for `load_state_dict` before the next iteration."""
-        return {"epoch": self.epoch, "position": consumed, "num_workers": num_workers}
+        `consumed` items of this epoch on this rank (every rank the same count, as in a
+        DDP loop), for `load_state_dict` in the next run: JSON-serializable integers."""
+        state: dict[str, Any] = {
+            "epoch": self.epoch,
+            "position": consumed,
+            "num_workers": num_workers,
+            "num_replicas": self.sampler.num_replicas,
+            "batch_size": self.batch_size or 0,
+        }
+        base = self._layout(num_workers).base_of(self._resume, self.epoch)
+        if base is not None:
+            state["elastic"] = base
+        return state
 
-    def load_state_dict(self, state: dict[str, int]) -> None:
-        """Continue an epoch: the next iteration of that epoch yields exactly the items after
-        `position`, in the same order, reading none of the skipped ones. With a
-        "num_workers" key (see `consumed_state`), position counts the items a DataLoader with
-        that many workers delivered, and each worker skips its own share of them."""
-        for key in ("epoch", "position"):
-            value = state.get(key)
-            if isinstance(value, bool) or not isinstance(value, int) or value < 0:
-                raise ValueError(f"state[{key!r}] must be an int >= 0, got {value!r}")
+    def load_state_dict(self, state: dict[str, Any]) -> None:
+        """Continue an epoch: the next iteration of that epoch yields exactly the items not
+        yet consumed, reading none of the others (see loader.state).
+
+        Same layout (ranks, workers, batch size): the same items in the same order.
+        Another layout (an elastic resume, e.g. 3 ranks before and 2 now): what no rank
+        consumed is cut into equal contiguous parts over the new ranks and workers, so that
+        across the epoch every record is read once; with drop_last the last (fewer than
+        num_replicas) remaining records are left out, without it the new ranks pad by
+        wrapping to the start of the remainder, as DistributedSampler pads.
+        """
+        state = check_state(state)
         self.set_epoch(state["epoch"])
-        self._resume = dict(state)
+        self._resume = state
         self._position = state["position"]
 
-    def _resume_role(self, worker: int, workers: int) -> tuple[int, int]:
-        """(the worker whose stream this one reads, items of it to skip) for a loaded state;
-        (worker, 0) without one. See loader.resume for why the roles rotate."""
-        state = self._resume
-        if state is None or state["epoch"] != self.epoch:
-            return worker, 0
-        if "num_workers" not in state:
-            return worker, min(state["position"], self._items(worker, workers))
-        if state["num_workers"] != workers:
-            raise ValueError(
-                f"the state counts items of a DataLoader with num_workers={state['num_workers']}, "
-                f"this one has num_workers={workers}; resume with the same number of workers"
-            )
-        streams = max(1, workers)
-        skips, due = resume_point(
-            [self._items(w, workers) for w in range(streams)], state["position"]
-        )
-        role = (due + worker) % streams
-        return role, skips[role]
-
-    def _items(self, worker: int, workers: int) -> int:
-        records = self.sampler.worker_lengths(max(1, workers), self.batch_size or 1)[worker]
-        return records if self.batch_size is None else -(-records // self.batch_size)
-
     def __len__(self) -> int:
-        """Records (or batches, with batch_size) this rank yields per epoch; equal on all ranks."""
-        n = len(self.sampler)
+        """Records (or batches, with batch_size) this rank yields per epoch; equal on all
+        ranks. In an epoch resumed in another layout, what this rank yields of the rest."""
+        layout = self._layout(0)
+        base = layout.base_of(self._resume, self.epoch)
+        n = sum(b - a for *_, a, b in layout.streams(base)[self.sampler.rank][0])
         return n if self.batch_size is None else -(-n // self.batch_size)
 
     def _format(self) -> Format:
@@ -206,13 +216,14 @@ class StreamingDataset(IterableDataset[Any]):
     def __iter__(self) -> Iterator[Any]:
         info = get_worker_info()
         worker, workers = (info.id, info.num_workers) if info is not None else (0, 0)
-        sampler = copy.copy(self.sampler)
-        sampler.set_epoch(self.epoch)
-        role, skip = self._resume_role(worker, workers)
-        plan = sampler.plan(role, max(1, workers), align=self.batch_size or 1)
+        layout = self._layout(workers)
+        segments, skip = layout.worker_part(self._resume, self.epoch, self.sampler.rank, worker)
         self._position = skip
+        records = sum(b - a for *_, a, b in segments)
+        start = min(records, skip * layout.item)
         fmt = self._format()
-        taken = self._taken(plan, fmt, min(len(plan), skip * (self.batch_size or 1)))
+        root = layout.root(layout.base_of(self._resume, self.epoch))
+        taken = self._taken(cut_segments(segments, start, records), root, fmt)
         items = (
             (r for part in taken for r in fmt.records(part))
             if self.batch_size is None
@@ -222,29 +233,49 @@ class StreamingDataset(IterableDataset[Any]):
             self._position += 1
             yield item
 
-    def _taken(self, plan: Plan, fmt: Format, start: int) -> Iterator[Any]:
-        """The plan's records in reading order from record `start` on, in chunks of rows."""
-        if not plan.shards.size:
-            return
-        fs, _ = filesystem(self.index.shards[int(plan.shards[0])].url, self.storage_options)
+    def _plan(self, root: Layout, rank: int, worker: int) -> Plan:
+        """Plan `worker` of `rank` in the layout the epoch started with."""
+        sampler = ShardSampler(
+            self.sampler.sizes,
+            root.num_replicas,
+            rank,
+            self.sampler.shuffle,
+            self.sampler.seed,
+            self.sampler.drop_last,
+            self.sampler.window,
+        )
+        sampler.set_epoch(self.epoch)
+        return sampler.plan(worker, max(1, root.num_workers), align=root.item)
 
+    def _taken(self, segments: list[Segment], root: Layout, fmt: Format) -> Iterator[Any]:
+        """The segments' records in reading order, in chunks of rows."""
+        if not segments:
+            return
+        fs, _ = filesystem(self.index.shards[0].url, self.storage_options)
+        with ThreadPoolExecutor(max_workers=self.read_threads) as pool:
+            for rank, worker, a, b in segments:
+                plan = self._plan(root, rank, worker)
+                yield from self._read_plan(plan, a, b, fs, fmt, pool)
+
+    def _read_plan(
+        self, plan: Plan, start: int, stop: int, fs: Any, fmt: Format, pool: ThreadPoolExecutor
+    ) -> Iterator[Any]:
         def read(piece: int) -> Any:
             shard = self.index.shards[int(plan.shards[piece])]
-            start, stop = int(plan.starts[piece]), int(plan.stops[piece])
+            first, end = int(plan.starts[piece]), int(plan.stops[piece])
             check_unchanged(fs, shard, self.retry)
-            return fmt.read(fs, shard, start, stop, self.columns)
+            return fmt.read(fs, shard, first, end, self.columns)
 
         joined: Any = None
         block: tuple[int, int] | None = None
-        with ThreadPoolExecutor(max_workers=self.read_threads) as pool:
-            for chunk in plan.chunks(start):
-                if chunk.block != block:
-                    block = chunk.block
-                    joined = fmt.join(list(pool.map(read, range(*block))))
-                    # (k+1,) where each piece of the block starts in `joined`
-                    offsets = np.concatenate(([0], np.cumsum(plan.sizes[block[0] : block[1]])))
-                local = offsets[chunk.pieces - block[0]] + chunk.rows - plan.starts[chunk.pieces]
-                yield fmt.take(joined, local)
+        for chunk in plan.chunks(start, stop):
+            if chunk.block != block:
+                block = chunk.block
+                joined = fmt.join(list(pool.map(read, range(*block))))
+                # (k+1,) where each piece of the block starts in `joined`
+                offsets = np.concatenate(([0], np.cumsum(plan.sizes[block[0] : block[1]])))
+            local = offsets[chunk.pieces - block[0]] + chunk.rows - plan.starts[chunk.pieces]
+            yield fmt.take(joined, local)
 
 
 def _batches(taken: Iterator[Any], fmt: Format, size: int) -> Iterator[dict[str, Any]]:

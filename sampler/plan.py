@@ -33,6 +33,10 @@ class Chunk:
     def __len__(self) -> int:
         return int(self.rows.size)
 
+    def head(self, n: int) -> Chunk:
+        """The first n records."""
+        return Chunk(self.pieces[:n], self.shards[:n], self.rows[:n], self.block)
+
 
 @dataclass(frozen=True, eq=False)
 class Plan:
@@ -66,21 +70,29 @@ class Plan:
         n = self.shards.size
         return [(p0, min(p0 + window, n)) for p0 in range(0, n, window)]
 
-    def chunks(self, start: int = 0) -> Iterator[Chunk]:
-        """The plan's records in reading order, from record `start` on, in chunks.
+    def chunks(self, start: int = 0, stop: int | None = None) -> Iterator[Chunk]:
+        """The plan's records in reading order, records [start, stop), in chunks.
 
         Seeking costs O(pieces): nothing before `start` is generated.
         """
-        if not 0 <= start <= len(self):
-            raise ValueError(f"start must lie in [0, {len(self)}], got {start}")
+        stop = len(self) if stop is None else stop
+        if not 0 <= start <= stop <= len(self):
+            raise ValueError(f"need 0 <= start <= stop <= {len(self)}, got {start}, {stop}")
         blocks = self.blocks()
         sizes = self.sizes
         # (B,) records before each block
         before = np.cumsum([0] + [int(sizes[p0:p1].sum()) for p0, p1 in blocks])
         b = int(np.searchsorted(before, start, side="right")) - 1
         skip = start - int(before[b]) if blocks else 0
+        left = stop - start
         for p0, p1 in blocks[b:]:
-            yield from self._block_chunks(p0, p1, skip)
+            for chunk in self._block_chunks(p0, p1, skip):
+                if left <= 0:
+                    return
+                if len(chunk) > left:
+                    chunk = chunk.head(left)
+                left -= len(chunk)
+                yield chunk
             skip = 0
 
     def _block_chunks(self, p0: int, p1: int, skip: int) -> Iterator[Chunk]:

@@ -71,12 +71,14 @@ class CountingProxy:
                         for k, v in resp.getheaders()
                         if k.lower() not in _HOP and k.lower() != "content-length"
                     }
+                    # a HEAD answer has no body but announces the object's length
+                    declared = int(resp.getheader("Content-Length") or len(data))
                 finally:
                     conn.close()
                 if fault == "reset" and len(data) > 1:
                     self._answer(resp.status, data, kept, cut=len(data) // 2)
                     return
-                self._answer(resp.status, data if self.command != "HEAD" else b"", kept, len(data))
+                self._answer(resp.status, data, kept, declared)
                 with proxy._lock:
                     n = len(data) if self.command == "GET" else 0
                     proxy.bytes_served += n
@@ -95,6 +97,8 @@ class CountingProxy:
                     self.send_header(k, v)
                 self.send_header("Content-Length", str(len(data) if length is None else length))
                 self.end_headers()
+                if self.command == "HEAD":
+                    return
                 if cut is None:
                     self.wfile.write(data)
                     return
