@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import warnings
+from collections.abc import Iterator
 from typing import Any
 
 import numpy as np
@@ -10,7 +11,7 @@ import pyarrow as pa
 import pyarrow.compute as pc
 import torch
 
-__all__ = ["table_to_batch"]
+__all__ = ["regroup", "table_to_batch"]
 
 
 def _is_numeric(t: pa.DataType) -> bool:
@@ -47,3 +48,46 @@ def column_to_batch(col: pa.ChunkedArray | pa.Array) -> torch.Tensor | list[Any]
 def table_to_batch(table: pa.Table) -> dict[str, torch.Tensor | list[Any]]:
     """One batch: column name -> tensor (see `column_to_batch`) or list."""
     return {name: column_to_batch(table.column(name)) for name in table.column_names}
+
+
+def _rows(columns: dict[str, Any]) -> int:
+    return len(next(iter(columns.values()))) if columns else 0
+
+
+def _concat(parts: list[Any]) -> Any:
+    """Column parts end to end: one tensor where they agree in dtype and row shape."""
+    if len(parts) == 1:
+        return parts[0]
+    if all(isinstance(p, torch.Tensor) for p in parts):
+        first = parts[0]
+        if all(p.dtype == first.dtype and p.shape[1:] == first.shape[1:] for p in parts):
+            return torch.cat(parts)
+    return [x for p in parts for x in (p.tolist() if isinstance(p, torch.Tensor) else p)]
+
+
+def regroup(columns: Iterator[dict[str, Any]], size: int) -> Iterator[dict[str, Any]]:
+    """Batches of exactly `size` rows (the last may be short) from chunks of columns.
+
+    Each chunk is converted once (tensors from Arrow's buffers); a batch inside one chunk
+    is a slice of it, a view without copies; one across chunks is concatenated.
+    """
+    pending: list[dict[str, Any]] = []
+    have = 0
+    for chunk in columns:
+        n, lo = _rows(chunk), 0
+        while n - lo >= size - have:
+            take = size - have
+            part = {k: v[lo : lo + take] for k, v in chunk.items()}
+            if pending:
+                parts = [*pending, part]
+                yield {k: _concat([p[k] for p in parts]) for k in chunk}
+                pending, have = [], 0
+            else:
+                yield part
+            lo += take
+        if lo < n:
+            pending.append({k: v[lo:] for k, v in chunk.items()})
+            have += n - lo
+    if pending:
+        keys = pending[0].keys()
+        yield {k: _concat([p[k] for p in pending]) for k in keys}

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import logging
 from collections.abc import Callable, Iterator, Sequence
-from concurrent.futures import ThreadPoolExecutor
+from concurrent.futures import Future, ThreadPoolExecutor
 from typing import Any
 
 import numpy as np
@@ -16,6 +16,7 @@ from sampler import DEFAULT_WINDOW, ShardSampler, Topology
 from sampler.plan import Plan
 from sampler.resume import Segment, cut_segments
 
+from .batching import regroup
 from .formats import Format, format_for
 from .index import ShardIndex, check_unchanged
 from .retry import RetryPolicy
@@ -96,11 +97,15 @@ class StreamingDataset(IterableDataset[Any]):
         window: int = DEFAULT_WINDOW,
         decode: bool | Callable[[dict[str, Any]], dict[str, Any]] = False,
         read_threads: int = 8,
+        prefetch: int = 1,
         retry: RetryPolicy | None = None,
     ) -> None:
         super().__init__()
         self.batch_size = _check_positive("batch_size", batch_size)
         self.read_threads = _check_positive("read_threads", read_threads) or 1
+        if isinstance(prefetch, bool) or not isinstance(prefetch, int) or prefetch < 0:
+            raise ValueError(f"prefetch must be an int >= 0 (blocks read ahead), got {prefetch!r}")
+        self.prefetch = prefetch
         topo = Topology.resolve(num_replicas, rank)
         self.storage_options = dict(storage_options or {})
         self.retry = retry or RetryPolicy()
@@ -227,7 +232,7 @@ class StreamingDataset(IterableDataset[Any]):
         items = (
             (r for part in taken for r in fmt.records(part))
             if self.batch_size is None
-            else _batches(taken, fmt, self.batch_size)
+            else regroup((fmt.batch(part) for part in taken), self.batch_size)
         )
         for item in items:
             self._position += 1
@@ -260,38 +265,36 @@ class StreamingDataset(IterableDataset[Any]):
     def _read_plan(
         self, plan: Plan, start: int, stop: int, fs: Any, fmt: Format, pool: ThreadPoolExecutor
     ) -> Iterator[Any]:
+        """Records [start, stop) of the plan, in chunks. While a block is consumed, the
+        next `prefetch` blocks are already being read by the pool's threads."""
+
         def read(piece: int) -> Any:
             shard = self.index.shards[int(plan.shards[piece])]
             first, end = int(plan.starts[piece]), int(plan.stops[piece])
             check_unchanged(fs, shard, self.retry)
             return fmt.read(fs, shard, first, end, self.columns)
 
+        blocks = plan.blocks()
+        pending: dict[tuple[int, int], list[Future[Any]]] = {}
+
+        def submit_from(i: int) -> None:
+            for blk in blocks[i : i + 1 + self.prefetch]:
+                if blk not in pending:
+                    pending[blk] = [pool.submit(read, p) for p in range(*blk)]
+
         joined: Any = None
         block: tuple[int, int] | None = None
-        for chunk in plan.chunks(start, stop):
-            if chunk.block != block:
-                block = chunk.block
-                joined = fmt.join(list(pool.map(read, range(*block))))
-                # (k+1,) where each piece of the block starts in `joined`
-                offsets = np.concatenate(([0], np.cumsum(plan.sizes[block[0] : block[1]])))
-            local = offsets[chunk.pieces - block[0]] + chunk.rows - plan.starts[chunk.pieces]
-            yield fmt.take(joined, local)
-
-
-def _batches(taken: Iterator[Any], fmt: Format, size: int) -> Iterator[dict[str, Any]]:
-    """Regroup chunks of rows into batches of `size`; the last may be short."""
-    pending: list[Any] = []
-    count = 0
-    for part in taken:
-        pending.append(part)
-        count += fmt.num_rows(part)
-        if count < size:
-            continue
-        rows = fmt.concat(pending)
-        full = count - count % size
-        for lo in range(0, full, size):
-            yield fmt.batch(fmt.slice(rows, lo, lo + size))
-        pending = [fmt.slice(rows, full, count)] if count > full else []
-        count -= full
-    if count:
-        yield fmt.batch(fmt.concat(pending))
+        try:
+            for chunk in plan.chunks(start, stop):
+                if chunk.block != block:
+                    block = chunk.block
+                    submit_from(blocks.index(block))
+                    joined = fmt.join([f.result() for f in pending.pop(block)])
+                    # (k+1,) where each piece of the block starts in `joined`
+                    offsets = np.concatenate(([0], np.cumsum(plan.sizes[block[0] : block[1]])))
+                local = offsets[chunk.pieces - block[0]] + chunk.rows - plan.starts[chunk.pieces]
+                yield fmt.take(joined, local)
+        finally:
+            for futures in pending.values():  # stopped early: drop what was prefetched
+                for f in futures:
+                    f.cancel()

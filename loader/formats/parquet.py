@@ -190,14 +190,5 @@ class ParquetFormat:
     def records(self, taken: pa.Table) -> list[dict[str, Any]]:
         return taken.to_pylist()  # type: ignore[no-any-return]
 
-    def num_rows(self, taken: pa.Table) -> int:
-        return int(taken.num_rows)
-
-    def concat(self, taken: Sequence[pa.Table]) -> pa.Table:
-        return pa.concat_tables(taken) if len(taken) > 1 else taken[0]
-
-    def slice(self, taken: pa.Table, start: int, stop: int) -> pa.Table:
-        return taken.slice(start, stop - start)
-
     def batch(self, taken: pa.Table) -> dict[str, Any]:
         return table_to_batch(taken)

@@ -162,15 +162,6 @@ class TarFormat:
     def records(self, taken: list[Any]) -> list[Any]:
         return taken
 
-    def num_rows(self, taken: list[Any]) -> int:
-        return len(taken)
-
-    def concat(self, taken: Sequence[list[Any]]) -> list[Any]:
-        return [x for part in taken for x in part]
-
-    def slice(self, taken: list[Any], start: int, stop: int) -> list[Any]:
-        return taken[start:stop]
-
     def batch(self, taken: list[dict[str, Any]]) -> dict[str, Any]:
         """Field -> list of values; fields of plain ints or floats -> a tensor."""
         fields = list(dict.fromkeys(k for sample in taken for k in sample))
