@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import logging
 from collections.abc import Callable, Iterator, Sequence
 from concurrent.futures import Future, ThreadPoolExecutor
 from typing import Any
@@ -24,8 +23,6 @@ from .state import Layout, check_state
 from .storage import filesystem, redact
 
 __all__ = ["StreamingDataset"]
-
-log = logging.getLogger(__name__)
 
 
 def _check_positive(name: str, value: object) -> int | None:
@@ -75,8 +72,14 @@ class StreamingDataset(IterableDataset[Any]):
     list columns as tensors, others as lists; only the rank's last batch may be short.
     `columns` selects Parquet columns or tar extensions.
 
-    Transient storage errors (throttling, 5xx, dropped connections, timeouts) are retried as
-    `retry` says (a RetryPolicy: attempts and backoff); then the error names the shard.
+    Reading: a block of `window` pieces (shard row ranges) is read by `read_threads`
+    threads, and the next `prefetch` blocks are read while one is consumed; memory holds
+    about (1 + prefetch) blocks. Transient storage errors (throttling, 5xx, dropped
+    connections, timeouts) are retried as `retry` says (a RetryPolicy: attempts and
+    backoff); then the error names the shard.
+
+    Resume: `state_dict`, `consumed_state`, `load_state_dict` (see loader.state), also in
+    another number of ranks or workers.
 
     `set_epoch` reaches workers started earlier (``persistent_workers=True``): the epoch
     lives in a shared-memory tensor.

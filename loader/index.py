@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import base64
 import json
 import logging
 from collections.abc import Callable, Sequence
@@ -15,7 +14,7 @@ import pyarrow as pa
 
 from .errors import ShardError, StaleIndexError
 from .formats import format_for, format_of_url, known_suffixes
-from .formats.parquet import schema_from_b64
+from .formats.parquet import schema_from_b64, schema_to_b64
 from .retry import RetryPolicy, retrying
 from .shard import Shard
 from .storage import (
@@ -152,7 +151,7 @@ class ShardIndex:
             log.warning("credentials embedded in shard URLs were left out of the saved index")
         return {
             "format_version": FORMAT_VERSION,
-            "schema": None if self.schema is None else _schema_b64(self.schema),
+            "schema": None if self.schema is None else schema_to_b64(self.schema),
             "shards": shards,
         }
 
@@ -254,10 +253,6 @@ def check_unchanged(fs: Any, shard: Shard, retry: RetryPolicy | None = None) -> 
     if reason:
         raise StaleIndexError(f"{reason}: the shard changed since the index was built; rebuild it")
     _CHECKED.add(key)
-
-
-def _schema_b64(schema: pa.Schema) -> str:
-    return base64.b64encode(schema.serialize().to_pybytes()).decode("ascii")
 
 
 def _common_schema(

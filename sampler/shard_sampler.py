@@ -112,31 +112,29 @@ class ShardSampler(Sampler[int]):
             raise ValueError(f"worker must lie in [0, {num_workers - 1}], got {worker}")
         return build_plan(
             self.sizes,
-            seed=self.seed,
-            epoch=self.epoch,
-            shuffle=self.shuffle,
-            drop_last=self.drop_last,
-            num_replicas=self.num_replicas,
             rank=self.rank,
             worker=worker,
             num_workers=num_workers,
-            window=self.window if self.shuffle else 1,
             align=align,
+            **self._settings(),
         )
 
     def all_plans(self, num_workers: int = 1) -> Iterator[tuple[int, int, Plan]]:
         """(rank, worker, plan) for every rank of the job and every worker, as each would
         compute it for the current epoch; the epoch's shard order is computed only once."""
-        return all_plans(
-            self.sizes,
-            seed=self.seed,
-            epoch=self.epoch,
-            shuffle=self.shuffle,
-            drop_last=self.drop_last,
-            num_replicas=self.num_replicas,
-            num_workers=_check_flag("num_workers", num_workers, 1),
-            window=self.window if self.shuffle else 1,
-        )
+        workers = _check_flag("num_workers", num_workers, 1)
+        return all_plans(self.sizes, num_workers=workers, **self._settings())
+
+    def _settings(self) -> dict[str, Any]:
+        """The planning arguments every rank of the job shares."""
+        return {
+            "seed": self.seed,
+            "epoch": self.epoch,
+            "shuffle": self.shuffle,
+            "drop_last": self.drop_last,
+            "num_replicas": self.num_replicas,
+            "window": self.window if self.shuffle else 1,
+        }
 
     def worker_lengths(self, num_workers: int = 1, align: int = 1) -> list[int]:
         """Records in each worker's plan, `plan(w, num_workers, align)`, without planning."""

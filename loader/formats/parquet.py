@@ -54,8 +54,13 @@ def footer_details(footer: bytes, url: str) -> dict[str, Any]:
             "row_group_bytes": lengths,
             "footer_bytes": len(footer),  # metadata + 4-byte length + "PAR1"
         },
-        "schema": base64.b64encode(schema.serialize().to_pybytes()).decode("ascii"),
+        "schema": schema_to_b64(schema),
     }
+
+
+def schema_to_b64(schema: pa.Schema) -> str:
+    """An Arrow schema as text for JSON (its IPC serialization, base64)."""
+    return base64.b64encode(schema.serialize().to_pybytes()).decode("ascii")
 
 
 def schema_from_b64(text: str) -> pa.Schema:
