@@ -1,25 +1,40 @@
-"""Benchmark: shardstream against the limits, on the same files, in one run.
+"""Benchmark: shardstream against the limits and the peers, on the same files, in one run.
 
-    python scripts/bench.py [--shards 8] [--records-per-shard 20000] [--rounds 3] [--json]
+    python scripts/bench.py [--shards 16] [--records-per-shard 10000] [--rounds 3]
+                            [--s3] [--peers] [--scale 10] [--json]
 
-Generates a Parquet dataset (an int64 id, a 128-token int32 list, a short string), then
-measures, as medians over --rounds:
-  limits  raw pyarrow iter_batches decode of the same columns (batch-mode limit), the
-          same plus to_pylist (record-mode limit), and, with --s3, a raw s3fs read of the
-          same bytes from a local moto S3 server;
-  ours    StreamingDataset in batch mode and record mode, local and (--s3) over S3.
-Reports records/s, MB/s (of shard bytes), time to first item and the ratio to the limit.
+Generates a dataset (an int64 id, a 128-token int32 list, a short string per record) as
+Parquet shards and the same records as tar shards, then runs each measurement in its own
+process (so peak RSS is its own) --rounds times and reports medians:
+
+  limits  raw pyarrow iter_batches decode of the same columns (batch-mode limit), the same
+          plus to_pylist (record-mode limit), a raw tarfile read of the tar shards, and with
+          --s3 a raw s3fs read of the same Parquet bytes from a local moto S3 server;
+  ours    StreamingDataset in batch and record mode, 0 and 2 DataLoader workers, local and
+          (--s3) over S3, Parquet and tar;
+  peers   (--peers, where installed: pip install 'shardstream[bench]') webdataset's
+          WebDataset on the tar shards, Hugging Face datasets streaming the Parquet shards
+          with split_dataset_by_node, torch's DistributedSampler over a map-style Parquet
+          dataset.
+
+Columns: records/s, MB/s (of shard bytes), time to first item, peak RSS, ratio to its limit.
+--scale N repeats our batch-mode run on a dataset N times larger, to show RSS stays flat.
 """
 
 from __future__ import annotations
 
 import argparse
+import contextlib
+import io
 import json
+import os
+import resource
 import shutil
 import socket
 import statistics
 import subprocess
 import sys
+import tarfile
 import tempfile
 import time
 import urllib.request
@@ -33,65 +48,239 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 from tqdm import tqdm
 
-from loader import StreamingDataset
-
 COLUMNS = ["id", "tokens", "text"]
+BATCH = 256
+TOKENS = 128
 
 
-def make_dataset(root: Path, shards: int, per_shard: int, row_group: int) -> list[Path]:
-    root.mkdir(parents=True, exist_ok=True)
-    paths = []
+# ---------------------------------------------------------------- data ----------------
+def make_dataset(root: Path, shards: int, per_shard: int, row_group: int) -> None:
+    """Parquet shards in root/parquet, the same records as tar shards in root/tar."""
+    (root / "parquet").mkdir(parents=True, exist_ok=True)
+    (root / "tar").mkdir(parents=True, exist_ok=True)
     rng = np.random.default_rng(0)
     for k in tqdm(range(shards), desc="writing shards", leave=False):
         ids = np.arange(k * per_shard, (k + 1) * per_shard, dtype=np.int64)
-        tokens = rng.integers(0, 50_000, size=(per_shard, 128), dtype=np.int32)
+        tokens = rng.integers(0, 50_000, size=(per_shard, TOKENS), dtype=np.int32)
+        texts = [f"document {i}" for i in ids]
+        flat = pa.FixedSizeListArray.from_arrays(tokens.ravel(), TOKENS)
         table = pa.table(
-            {
-                "id": ids,
-                "tokens": pa.FixedSizeListArray.from_arrays(tokens.ravel(), 128).cast(
-                    pa.list_(pa.int32())
-                ),
-                "text": pa.array([f"document {i}" for i in ids]),
-            }
+            {"id": ids, "tokens": flat.cast(pa.list_(pa.int32())), "text": pa.array(texts)}
         )
-        path = root / f"part-{k:05d}.parquet"
-        pq.write_table(table, path, row_group_size=row_group)
-        paths.append(path)
-    return paths
+        pq.write_table(table, root / "parquet" / f"part-{k:05d}.parquet", row_group_size=row_group)
+        with tarfile.open(root / "tar" / f"part-{k:05d}.tar", "w") as tf:
+            for i, row, text in zip(ids, tokens, texts):
+                for ext, data in (
+                    ("id", str(i).encode()),
+                    ("tokens", row.tobytes()),
+                    ("txt", text.encode()),
+                ):
+                    info = tarfile.TarInfo(f"r{i:09d}.{ext}")
+                    info.size = len(data)
+                    tf.addfile(info, io.BytesIO(data))
 
 
-def timed(run: Callable[[], Iterator[int]]) -> dict[str, float]:
-    """Consume `run()`, a stream of row counts; wall time, rows, time to first item."""
-    t0 = time.perf_counter()
-    first = None
-    rows = 0
-    for n in run():
-        if first is None:
-            first = time.perf_counter() - t0
-        rows += n
-    return {"seconds": time.perf_counter() - t0, "rows": rows, "first_s": first or 0.0}
-
-
-def raw_decode(paths: list[Path], to_pylist: bool) -> Iterator[int]:
-    for p in paths:
-        for batch in pq.ParquetFile(p).iter_batches(columns=COLUMNS):
+# ---------------------------------------------------------------- runs ----------------
+# Each run yields row counts (or byte counts for the raw S3 read) as it goes.
+def raw_decode(data: Path, to_pylist: bool) -> Iterator[int]:
+    for p in sorted((data / "parquet").glob("*.parquet")):
+        for batch in pq.ParquetFile(p).iter_batches(columns=COLUMNS, batch_size=BATCH):
             if to_pylist:
                 batch.to_pylist()
             yield batch.num_rows
 
 
-def ours(source: str, batch_size: int | None, options: dict[str, Any]) -> Iterator[int]:
-    ds = StreamingDataset(source, columns=COLUMNS, batch_size=batch_size, storage_options=options)
-    if batch_size is None:
-        for _ in ds:
-            yield 1
-    else:
-        for batch in ds:
-            yield len(batch["id"])
+def raw_tar(data: Path) -> Iterator[int]:
+    for p in sorted((data / "tar").glob("*.tar")):
+        with tarfile.open(p) as tf:
+            for member in tf:
+                f = tf.extractfile(member)
+                if f is not None and member.name.endswith(".id"):
+                    f.read()
+                    yield 1
+                elif f is not None:
+                    f.read()
+
+
+def raw_s3(endpoint: str) -> Iterator[int]:
+    import s3fs
+
+    fs = s3fs.S3FileSystem(client_kwargs={"endpoint_url": endpoint}, skip_instance_cache=True)
+    for key in sorted(fs.ls("bench/parquet")):
+        yield len(fs.cat_file(key))
+
+
+def _identity(item: Any) -> Any:
+    return item
+
+
+def ours(source: str, batch: bool, workers: int, endpoint: str | None) -> Iterator[int]:
+    """Workers 0: the dataset iterated directly. Else a DataLoader whose collate_fn passes
+    items through (its default_convert walks every list element of every record)."""
+    from torch.utils.data import DataLoader
+
+    from loader import StreamingDataset
+
+    options = {"client_kwargs": {"endpoint_url": endpoint}} if endpoint else None
+    tar = "tar" in source
+    ds = StreamingDataset(
+        source,
+        columns=None if tar else COLUMNS,
+        batch_size=BATCH if batch else None,
+        storage_options=options,
+    )
+    items = (
+        DataLoader(ds, batch_size=None, num_workers=workers, collate_fn=_identity)
+        if workers
+        else ds
+    )
+    for item in items:
+        yield len(item["__key__" if tar else "id"]) if batch else 1
+
+
+def peer_webdataset(data: Path) -> Iterator[int]:
+    import webdataset as wds
+
+    urls = [str(p) for p in sorted((data / "tar").glob("*.tar"))]
+    for _ in wds.WebDataset(urls, shardshuffle=False, empty_check=False):
+        yield 1
+
+
+def peer_hf(data: Path) -> Iterator[int]:
+    from datasets import load_dataset
+    from datasets.distributed import split_dataset_by_node
+
+    files = [str(p) for p in sorted((data / "parquet").glob("*.parquet"))]
+    ds = load_dataset("parquet", data_files=files, split="train", streaming=True)
+    ds = split_dataset_by_node(ds, rank=0, world_size=1).select_columns(COLUMNS)
+    for batch in ds.iter(batch_size=BATCH):
+        yield len(batch["id"])
+
+
+def peer_distributed_sampler(data: Path) -> Iterator[int]:
+    """What a user writes without a streaming loader: a map-style dataset over the
+    Parquet files, torch's DistributedSampler, a DataLoader."""
+    import torch
+    from torch.utils.data import DataLoader, Dataset
+    from torch.utils.data.distributed import DistributedSampler
+
+    class ParquetRows(Dataset[dict[str, Any]]):
+        def __init__(self, files: list[Path]) -> None:
+            self.table = pa.concat_tables([pq.read_table(f, columns=COLUMNS) for f in files])
+
+        def __len__(self) -> int:
+            return self.table.num_rows
+
+        def __getitem__(self, i: int) -> dict[str, Any]:
+            row = self.table.slice(i, 1).to_pylist()[0]
+            row["tokens"] = torch.tensor(row["tokens"])
+            return row
+
+    ds = ParquetRows(sorted((data / "parquet").glob("*.parquet")))
+    sampler = DistributedSampler(ds, num_replicas=1, rank=0)
+    for batch in DataLoader(ds, batch_size=BATCH, sampler=sampler):
+        yield len(batch["id"])
+
+
+# name -> (limit it is compared with, group, builder(data, endpoint) -> run)
+RUNS: dict[str, tuple[str, str, Callable[[Path, str | None], Iterator[int]]]] = {
+    "raw pyarrow decode": ("", "limit", lambda d, e: raw_decode(d, False)),
+    "raw pyarrow to_pylist": ("", "limit", lambda d, e: raw_decode(d, True)),
+    "raw tar read": ("", "limit", lambda d, e: raw_tar(d)),
+    "ours batch local w0": (
+        "raw pyarrow decode",
+        "ours",
+        lambda d, e: ours(str(d / "parquet"), True, 0, None),
+    ),
+    "ours batch local w2": (
+        "raw pyarrow decode",
+        "ours",
+        lambda d, e: ours(str(d / "parquet"), True, 2, None),
+    ),
+    "ours record local w0": (
+        "raw pyarrow to_pylist",
+        "ours",
+        lambda d, e: ours(str(d / "parquet"), False, 0, None),
+    ),
+    "ours record local w2": (
+        "raw pyarrow to_pylist",
+        "ours",
+        lambda d, e: ours(str(d / "parquet"), False, 2, None),
+    ),
+    "ours tar record local w0": (
+        "raw tar read",
+        "ours",
+        lambda d, e: ours(str(d / "tar"), False, 0, None),
+    ),
+    "raw s3fs read": ("", "s3", lambda d, e: raw_s3(str(e))),
+    "ours batch s3 w0": (
+        "raw s3fs read",
+        "s3",
+        lambda d, e: ours("s3://bench/parquet", True, 0, e),
+    ),
+    "ours batch s3 w2": (
+        "raw s3fs read",
+        "s3",
+        lambda d, e: ours("s3://bench/parquet", True, 2, e),
+    ),
+    "ours record s3 w0": (
+        "raw pyarrow to_pylist",
+        "s3",
+        lambda d, e: ours("s3://bench/parquet", False, 0, e),
+    ),
+    "webdataset tar": ("raw tar read", "peers", lambda d, e: peer_webdataset(d)),
+    "hf datasets streaming": ("raw pyarrow decode", "peers", lambda d, e: peer_hf(d)),
+    "torch DistributedSampler map-style": (
+        "raw pyarrow decode",
+        "peers",
+        lambda d, e: peer_distributed_sampler(d),
+    ),
+}
+
+
+def _preload() -> None:
+    """Import what the runs use before the clock starts: import time is not read time."""
+    import importlib
+
+    for module in ("torch", "torch.utils.data", "loader", "s3fs", "webdataset", "datasets"):
+        with contextlib.suppress(ImportError):
+            importlib.import_module(module)
+
+
+def measure_one(name: str, data: Path, endpoint: str | None) -> dict[str, float]:
+    """Run one measurement in this process: time, items, time to first item, peak RSS."""
+    _preload()
+    t0 = time.perf_counter()
+    first, count = None, 0
+    for n in RUNS[name][2](data, endpoint):
+        if first is None:
+            first = time.perf_counter() - t0
+        count += n
+    seconds = time.perf_counter() - t0
+    own = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss
+    kids = resource.getrusage(resource.RUSAGE_CHILDREN).ru_maxrss
+    return {
+        "seconds": seconds,
+        "count": count,
+        "first_s": first or 0.0,
+        "peak_rss_mb": max(own, kids) / 1024,
+    }
+
+
+def run_isolated(name: str, data: Path, endpoint: str | None) -> dict[str, float] | None:
+    cmd = [sys.executable, __file__, "--one", name, "--data", str(data)]
+    if endpoint:
+        cmd += ["--endpoint", endpoint]
+    proc = subprocess.run(cmd, capture_output=True, text=True)
+    if proc.returncode != 0:
+        tail = (proc.stderr.strip().splitlines() or ["?"])[-1]
+        print(f"  {name}: skipped ({tail})", file=sys.stderr)
+        return None
+    return json.loads(proc.stdout.strip().splitlines()[-1])
 
 
 @contextmanager
-def moto_server() -> Iterator[str]:
+def moto_server(paths: list[Path]) -> Iterator[str]:
     exe = shutil.which("moto_server", path=str(Path(sys.executable).parent))
     if exe is None:
         raise SystemExit("--s3 needs moto_server: pip install 'moto[server]'")
@@ -111,53 +300,91 @@ def moto_server() -> Iterator[str]:
                 break
             except OSError:
                 time.sleep(0.1)
+        import s3fs
+
+        fs = s3fs.S3FileSystem(client_kwargs={"endpoint_url": url})
+        fs.mkdir("bench")
+        for p in paths:
+            fs.put_file(str(p), f"bench/parquet/{p.name}")
         yield url
     finally:
         proc.terminate()
         proc.wait(timeout=10)
 
 
-def median_of(rounds: int, run: Callable[[], Iterator[int]]) -> dict[str, float]:
-    results = [timed(run) for _ in range(rounds)]
-    pick = sorted(results, key=lambda r: r["seconds"])[len(results) // 2]
-    pick["first_s"] = statistics.median(r["first_s"] for r in results)
-    return pick
+def summarize(name: str, results: list[dict[str, float]], nbytes: dict[str, int]) -> dict[str, Any]:
+    best = sorted(results, key=lambda r: r["seconds"])[len(results) // 2]
+    kind = "tar" if "tar" in name or "webdataset" in name else "parquet"
+    is_bytes = name == "raw s3fs read"
+    return {
+        "run": name,
+        "group": RUNS[name][1],
+        "records_per_s": None if is_bytes else best["count"] / best["seconds"],
+        "mb_per_s": nbytes[kind] / best["seconds"] / 1e6,
+        "seconds": best["seconds"],
+        "first_item_s": statistics.median(r["first_s"] for r in results),
+        "peak_rss_mb": max(r["peak_rss_mb"] for r in results),
+        "limit": RUNS[name][0] or None,
+    }
 
 
 def main() -> None:
-    parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
-    parser.add_argument("--shards", type=int, default=8)
-    parser.add_argument("--records-per-shard", type=int, default=20_000)
-    parser.add_argument("--row-group", type=int, default=5_000)
-    parser.add_argument("--batch-size", type=int, default=256)
-    parser.add_argument("--rounds", type=int, default=3)
-    parser.add_argument("--s3", action="store_true", help="also measure over a local S3 server")
-    parser.add_argument("--json", action="store_true", help="print JSON only")
-    args = parser.parse_args()
+    p = argparse.ArgumentParser(description=__doc__.split("\n")[0] if __doc__ else None)
+    p.add_argument("--shards", type=int, default=16)
+    p.add_argument("--records-per-shard", type=int, default=10_000)
+    p.add_argument("--row-group", type=int, default=2_000)
+    p.add_argument("--rounds", type=int, default=3)
+    p.add_argument("--s3", action="store_true", help="also measure through a local S3 server")
+    p.add_argument("--peers", action="store_true", help="also measure the peers")
+    p.add_argument("--scale", type=int, default=0, help="also run ours on a N times larger set")
+    p.add_argument("--json", action="store_true", help="print JSON only")
+    p.add_argument("--one", help=argparse.SUPPRESS)
+    p.add_argument("--data", help=argparse.SUPPRESS)
+    p.add_argument("--endpoint", help=argparse.SUPPRESS)
+    args = p.parse_args()
+    # the local S3 server takes any credentials; these only satisfy the client
+    os.environ.setdefault("AWS_ACCESS_KEY_ID", "bench")
+    os.environ.setdefault("AWS_SECRET_ACCESS_KEY", "bench")
+    if args.one:
+        print(json.dumps(measure_one(args.one, Path(args.data), args.endpoint)))
+        return
 
     tmp = Path(tempfile.mkdtemp(prefix="shardstream-bench-"))
     try:
-        paths = make_dataset(tmp / "data", args.shards, args.records_per_shard, args.row_group)
-        total_bytes = sum(p.stat().st_size for p in paths)
-        runs: dict[str, tuple[str, Callable[[], Iterator[int]]]] = {
-            "raw pyarrow decode": ("", lambda: raw_decode(paths, False)),
-            "raw pyarrow to_pylist": ("", lambda: raw_decode(paths, True)),
-            "ours batch, local": (
-                "raw pyarrow decode",
-                lambda: ours(str(tmp / "data"), args.batch_size, {}),
-            ),
-            "ours record, local": (
-                "raw pyarrow to_pylist",
-                lambda: ours(str(tmp / "data"), None, {}),
-            ),
+        make_dataset(tmp / "data", args.shards, args.records_per_shard, args.row_group)
+        parquet = sorted((tmp / "data" / "parquet").glob("*.parquet"))
+        nbytes = {
+            k: sum(f.stat().st_size for f in (tmp / "data" / k).iterdir())
+            for k in ("parquet", "tar")
         }
-        results: dict[str, dict[str, float]] = {}
-        with moto_server() if args.s3 else _nothing() as endpoint:
-            if endpoint:
-                _add_s3_runs(runs, endpoint, paths, args.batch_size)
-            for name, (_, run) in tqdm(runs.items(), desc="measuring", leave=False):
-                results[name] = median_of(args.rounds, run)
-        report(results, runs, total_bytes, args.json)
+        groups = (
+            {"limit", "ours"}
+            | ({"s3"} if args.s3 else set())
+            | ({"peers"} if args.peers else set())
+        )
+        names = [n for n, (_, g, _) in RUNS.items() if g in groups]
+        rows: list[dict[str, Any]] = []
+        with moto_server(parquet) if args.s3 else _nothing() as endpoint:
+            for name in tqdm(names, desc="measuring", leave=False):
+                results = [
+                    run_isolated(name, tmp / "data", endpoint or None) for _ in range(args.rounds)
+                ]
+                if all(results):
+                    rows.append(summarize(name, results, nbytes))  # type: ignore[arg-type]
+        if args.scale:
+            big = tmp / "big"
+            make_dataset(big, args.shards * args.scale, args.records_per_shard, args.row_group)
+            nb = {k: sum(f.stat().st_size for f in (big / k).iterdir()) for k in ("parquet", "tar")}
+            res = [run_isolated("ours batch local w0", big, None) for _ in range(args.rounds)]
+            row = summarize("ours batch local w0", res, nb)  # type: ignore[arg-type]
+            rows.append({**row, "run": f"ours batch local w0, {args.scale}x data"})
+        by_name = {r["run"]: r for r in rows}
+        for r in rows:
+            limit = by_name.get(r["limit"] or "")
+            r["ratio_to_limit"] = limit["seconds"] / r["seconds"] if limit else None
+            if r["limit"] == "raw s3fs read" and limit:
+                r["ratio_to_limit"] = r["mb_per_s"] / limit["mb_per_s"]
+        report(rows, nbytes, args)
     finally:
         shutil.rmtree(tmp, ignore_errors=True)
 
@@ -167,63 +394,35 @@ def _nothing() -> Iterator[str]:
     yield ""
 
 
-def _add_s3_runs(runs: dict[str, Any], endpoint: str, paths: list[Path], batch: int) -> None:
-    import os
-
-    import s3fs
-
-    os.environ.setdefault("AWS_ACCESS_KEY_ID", "bench")
-    os.environ.setdefault("AWS_SECRET_ACCESS_KEY", "bench")
-    options = {"client_kwargs": {"endpoint_url": endpoint}}
-    fs = s3fs.S3FileSystem(**options)
-    fs.mkdir("bench")
-    for p in paths:
-        fs.put_file(str(p), f"bench/data/{p.name}")
-    keys = [f"bench/data/{p.name}" for p in paths]
-
-    def raw_s3() -> Iterator[int]:
-        fresh = s3fs.S3FileSystem(skip_instance_cache=True, **options)
-        for key in keys:
-            data = fresh.cat_file(key)
-            yield len(data)
-
-    runs["raw s3fs read (bytes)"] = ("", raw_s3)
-    runs["ours batch, S3"] = (
-        "raw s3fs read (bytes)",
-        lambda: ours("s3://bench/data", batch, options),
-    )
-    runs["ours record, S3"] = ("", lambda: ours("s3://bench/data", None, options))
-
-
-def report(
-    results: dict[str, dict[str, float]], runs: dict[str, Any], total: int, as_json: bool
-) -> None:
-    rows = []
-    for name, r in results.items():
-        limit_name = runs[name][0]
-        mbps = total / r["seconds"] / 1e6
-        row = {
-            "run": name,
-            "records_per_s": r["rows"] / r["seconds"] if "bytes" not in name else None,
-            "mb_per_s": mbps,
-            "first_item_s": r["first_s"],
-            "limit": limit_name or None,
-            "ratio_to_limit": (results[limit_name]["seconds"] / r["seconds"])
-            if limit_name
-            else None,
-        }
-        rows.append(row)
-    if as_json:
-        print(json.dumps(rows, indent=2))
-        return
-    print(f"dataset: {total / 1e6:.1f} MB of Parquet")
-    print(f"{'run':<24} {'records/s':>12} {'MB/s':>8} {'first(s)':>9} {'x limit':>8}  limit")
-    for row in rows:
-        rps = f"{row['records_per_s']:,.0f}" if row["records_per_s"] else "-"
-        ratio = f"{row['ratio_to_limit']:.2f}" if row["ratio_to_limit"] else "-"
+def report(rows: list[dict[str, Any]], nbytes: dict[str, int], args: argparse.Namespace) -> None:
+    if args.json:
         print(
-            f"{row['run']:<24} {rps:>12} {row['mb_per_s']:>8.1f} {row['first_item_s']:>9.3f} "
-            f"{ratio:>8}  {row['limit'] or ''}"
+            json.dumps(
+                {
+                    "shards": args.shards,
+                    "records_per_shard": args.records_per_shard,
+                    "bytes": nbytes,
+                    "runs": rows,
+                },
+                indent=2,
+            )
+        )
+        return
+    print(
+        f"{args.shards} shards x {args.records_per_shard:,} records: "
+        f"{nbytes['parquet'] / 1e6:.1f} MB Parquet, {nbytes['tar'] / 1e6:.1f} MB tar; "
+        f"medians of {args.rounds} rounds"
+    )
+    print(
+        f"{'run':<38} {'records/s':>11} {'MB/s':>7} {'first(s)':>8} {'RSS MB':>7} "
+        f"{'x limit':>7}  limit"
+    )
+    for r in rows:
+        rps = f"{r['records_per_s']:,.0f}" if r["records_per_s"] else "-"
+        ratio = f"{r['ratio_to_limit']:.2f}" if r["ratio_to_limit"] else "-"
+        print(
+            f"{r['run']:<38} {rps:>11} {r['mb_per_s']:>7.1f} {r['first_item_s']:>8.3f} "
+            f"{r['peak_rss_mb']:>7.0f} {ratio:>7}  {r['limit'] or ''}"
         )
 
 

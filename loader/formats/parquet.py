@@ -9,14 +9,16 @@ from typing import Any
 import numpy as np
 import pyarrow as pa
 import pyarrow.parquet as pq
+import torch
 from fsspec.parquet import AlreadyBufferedFile
 from fsspec.utils import merge_offset_ranges
 
-from ..batching import table_to_batch
+from ..batching import column_to_batch
 from ..errors import ShardError
 from ..retry import RetryPolicy, read_ranges
 from ..shard import Shard
 from ..storage import FileEntry, redact
+from .columns import Block
 
 __all__ = ["ParquetFormat", "footer_details"]
 
@@ -185,15 +187,19 @@ class ParquetFormat:
         _, groups = _row_groups(shard, start, stop)
         return int(sum(shard.details["row_group_bytes"][g] for g in groups))
 
-    def join(self, parts: Sequence[pa.Table]) -> pa.Table:
-        # one contiguous chunk per column: take() on chunked columns is several times slower
-        return pa.concat_tables(parts).combine_chunks() if len(parts) > 1 else parts[0]
+    def join(self, parts: Sequence[pa.Table]) -> Block:
+        return Block(parts)
 
-    def take(self, joined: pa.Table, indices: Any) -> pa.Table:
-        return joined.take(pa.array(indices))
+    def take(self, joined: Block, indices: Any) -> dict[str, Any]:
+        return joined.take(np.asarray(indices, dtype=np.int64))
 
-    def records(self, taken: pa.Table) -> list[dict[str, Any]]:
-        return taken.to_pylist()  # type: ignore[no-any-return]
+    def records(self, taken: dict[str, Any]) -> list[dict[str, Any]]:
+        return Block.records(taken)
 
-    def batch(self, taken: pa.Table) -> dict[str, Any]:
-        return table_to_batch(taken)
+    def batch(self, taken: dict[str, Any]) -> dict[str, Any]:
+        """numpy columns -> tensors (they are fresh arrays: no copy); Arrow columns ->
+        tensors or lists as `column_to_batch` decides."""
+        return {
+            name: torch.from_numpy(col) if isinstance(col, np.ndarray) else column_to_batch(col)
+            for name, col in taken.items()
+        }

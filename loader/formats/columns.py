@@ -1,0 +1,101 @@
+"""Gathering rows of a block of Parquet parts into columns, in one pass over the bytes.
+
+pyarrow's take() on a table of many chunks first concatenates the chunks, and
+concatenating the parts of a block costs a full copy of it; on a shuffled read the
+gather is a second. Here each numeric column (and list column of fixed row length) of
+each Arrow chunk is viewed as a numpy array without copying, and a gather writes each
+asked row once into a fresh array. Other columns (strings, nulls) go through Arrow.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from typing import Any
+
+import numpy as np
+import numpy.typing as npt
+import pyarrow as pa
+import pyarrow.compute as pc
+
+__all__ = ["Block"]
+
+
+def _is_numeric(t: pa.DataType) -> bool:
+    return bool(pa.types.is_integer(t) or pa.types.is_floating(t) or pa.types.is_boolean(t))
+
+
+def _view(arr: pa.Array) -> np.ndarray | None:
+    """A numpy view of one Arrow chunk: (n,) for numbers, (n, k) for lists of k numbers;
+    None when the chunk has nulls, ragged lists or other types."""
+    t = arr.type
+    if arr.null_count:
+        return None
+    if _is_numeric(t) and not pa.types.is_boolean(t):
+        return np.asarray(arr.to_numpy(zero_copy_only=True))
+    listy = pa.types.is_list(t) or pa.types.is_large_list(t) or pa.types.is_fixed_size_list(t)
+    if listy and _is_numeric(t.value_type) and not pa.types.is_boolean(t.value_type) and len(arr):
+        lo, hi = pc.min_max(pc.list_value_length(arr)).values()
+        values = arr.flatten()
+        if lo.as_py() == hi.as_py() and not values.null_count:
+            flat = np.asarray(values.to_numpy(zero_copy_only=True))
+            return flat.reshape(len(arr), int(hi.as_py()))
+    return None
+
+
+class Block:
+    """The parts (Arrow tables) of one block; row i of the block is row i of the parts laid
+    end to end."""
+
+    def __init__(self, parts: Sequence[pa.Table]) -> None:
+        self.names = parts[0].column_names if parts else []
+        self._views: dict[str, tuple[list[np.ndarray], npt.NDArray[np.int64]] | None] = {}
+        self._joined: dict[str, pa.Array] = {}
+        self._parts = list(parts)
+
+    def _chunks(self, name: str) -> tuple[list[np.ndarray], npt.NDArray[np.int64]] | None:
+        """Numpy views of the column's chunks and where each starts; None if not viewable."""
+        if name not in self._views:
+            chunks = [c for p in self._parts for c in p.column(name).chunks]
+            views = [_view(c) for c in chunks]
+            ok = all(v is not None for v in views) and len({v.shape[1:] for v in views}) <= 1  # type: ignore[union-attr]
+            starts = np.cumsum([0] + [len(c) for c in chunks])
+            self._views[name] = (
+                ([v for v in views if v is not None], starts) if ok and views else None
+            )
+        return self._views[name]
+
+    def _arrow(self, name: str) -> pa.Array:
+        if name not in self._joined:
+            col = pa.chunked_array([c for p in self._parts for c in p.column(name).chunks])
+            self._joined[name] = col.combine_chunks()
+        return self._joined[name]
+
+    @staticmethod
+    def records(columns: dict[str, Any]) -> list[dict[str, Any]]:
+        """Taken columns as a list of {column: value} rows."""
+        values = [
+            c.tolist() if isinstance(c, np.ndarray) else c.to_pylist() for c in columns.values()
+        ]
+        names = list(columns)
+        return [dict(zip(names, row)) for row in zip(*values)]
+
+    def take(self, rows: npt.NDArray[np.int64]) -> dict[str, Any]:
+        """Rows of the block, in order: column -> numpy array or Arrow array."""
+        out: dict[str, Any] = {}
+        for name in self.names:
+            chunks = self._chunks(name)
+            if chunks is None:
+                out[name] = self._arrow(name).take(pa.array(rows))
+                continue
+            views, starts = chunks
+            # (n,) the chunk holding each row; then the rows grouped by chunk
+            which = np.searchsorted(starts, rows, side="right") - 1
+            order = np.argsort(which, kind="stable")
+            bounds = np.searchsorted(which[order], np.arange(len(views) + 1))
+            res = np.empty((rows.size, *views[0].shape[1:]), dtype=views[0].dtype)
+            for c in range(len(views)):
+                sel = order[bounds[c] : bounds[c + 1]]
+                if sel.size:
+                    res[sel] = views[c][rows[sel] - starts[c]]
+            out[name] = res
+        return out
