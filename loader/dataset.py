@@ -18,7 +18,6 @@ from sampler.resume import Segment, cut_segments
 from .batching import regroup
 from .formats import Format, format_for
 from .index import ShardIndex, check_unchanged
-from .prefetch import ahead
 from .retry import RetryPolicy
 from .state import Layout, check_state
 from .storage import filesystem, redact
@@ -232,7 +231,7 @@ class StreamingDataset(IterableDataset[Any]):
         start = min(records, skip * layout.item)
         fmt = self._format()
         root = layout.root(layout.base_of(self._resume, self.epoch))
-        taken = ahead(self._taken(cut_segments(segments, start, records), root, fmt), 2)
+        taken = self._taken(cut_segments(segments, start, records), root, fmt)
         items = (
             (r for part in taken for r in fmt.records(part))
             if self.batch_size is None

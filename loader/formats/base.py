@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Iterable, Sequence
 from typing import Any, Protocol
 
 from ..shard import Shard
@@ -45,8 +45,8 @@ class Format(Protocol):
         """Rows `indices` (an int array) of a joined block, in that order."""
         ...
 
-    def records(self, taken: Any) -> list[Any]:
-        """The taken rows as a list of records."""
+    def records(self, taken: Any) -> Iterable[Any]:
+        """The taken rows as records."""
         ...
 
     def batch(self, taken: Any) -> dict[str, Any]:

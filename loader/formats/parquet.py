@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import base64
-from collections.abc import Sequence
+from collections.abc import Iterator, Sequence
 from typing import Any
 
 import numpy as np
@@ -193,7 +193,7 @@ class ParquetFormat:
     def take(self, joined: Block, indices: Any) -> dict[str, Any]:
         return joined.take(np.asarray(indices, dtype=np.int64))
 
-    def records(self, taken: dict[str, Any]) -> list[dict[str, Any]]:
+    def records(self, taken: dict[str, Any]) -> Iterator[dict[str, Any]]:
         return Block.records(taken)
 
     def batch(self, taken: dict[str, Any]) -> dict[str, Any]:
