@@ -11,11 +11,30 @@ import pyarrow as pa
 import pyarrow.compute as pc
 import torch
 
-__all__ = ["regroup", "table_to_batch"]
+__all__ = ["column_to_batch", "numpy_view", "regroup"]
 
 
 def _is_numeric(t: pa.DataType) -> bool:
     return bool(pa.types.is_integer(t) or pa.types.is_floating(t) or pa.types.is_boolean(t))
+
+
+def numpy_view(arr: pa.Array) -> np.ndarray | None:
+    """One Arrow array as numpy: (n,) for numbers, (n, k) for lists of k numbers each;
+    a view of Arrow's buffers (booleans, bit-packed there, are unpacked). None when the
+    array has nulls, ragged lists or another type."""
+    t = arr.type
+    if arr.null_count:
+        return None
+    if _is_numeric(t):
+        return np.asarray(arr.to_numpy(zero_copy_only=not pa.types.is_boolean(t)))
+    listy = pa.types.is_list(t) or pa.types.is_large_list(t) or pa.types.is_fixed_size_list(t)
+    if listy and _is_numeric(t.value_type) and len(arr):
+        lo, hi = pc.min_max(pc.list_value_length(arr)).values()
+        values = arr.flatten()  # respects offsets and slicing
+        if lo.as_py() == hi.as_py() and not values.null_count:
+            flat = numpy_view(values)
+            return None if flat is None else flat.reshape(len(arr), int(hi.as_py()))
+    return None
 
 
 def _tensor(values: np.ndarray) -> torch.Tensor:
@@ -31,23 +50,8 @@ def column_to_batch(col: pa.ChunkedArray | pa.Array) -> torch.Tensor | list[Any]
     """Numeric columns without nulls -> 1-D tensor; list columns whose rows are all numeric,
     null-free and of one length -> 2-D tensor; anything else -> a Python list."""
     arr = col.combine_chunks() if isinstance(col, pa.ChunkedArray) else col
-    t = arr.type
-    if _is_numeric(t) and arr.null_count == 0:
-        return _tensor(arr.to_numpy(zero_copy_only=False))
-    list_like = pa.types.is_list(t) or pa.types.is_large_list(t) or pa.types.is_fixed_size_list(t)
-    if list_like and arr.null_count == 0 and _is_numeric(t.value_type) and len(arr):
-        lengths = pc.list_value_length(arr)
-        lo, hi = pc.min_max(lengths).values()
-        values = arr.flatten()
-        if lo.as_py() == hi.as_py() and values.null_count == 0:
-            flat = values.to_numpy(zero_copy_only=False)
-            return _tensor(flat.reshape(len(arr), int(hi.as_py())))
-    return arr.to_pylist()  # type: ignore[no-any-return]
-
-
-def table_to_batch(table: pa.Table) -> dict[str, torch.Tensor | list[Any]]:
-    """One batch: column name -> tensor (see `column_to_batch`) or list."""
-    return {name: column_to_batch(table.column(name)) for name in table.column_names}
+    view = numpy_view(arr)
+    return _tensor(view) if view is not None else arr.to_pylist()
 
 
 def _rows(columns: dict[str, Any]) -> int:

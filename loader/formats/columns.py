@@ -15,31 +15,10 @@ from typing import Any
 import numpy as np
 import numpy.typing as npt
 import pyarrow as pa
-import pyarrow.compute as pc
+
+from ..batching import numpy_view
 
 __all__ = ["Block"]
-
-
-def _is_numeric(t: pa.DataType) -> bool:
-    return bool(pa.types.is_integer(t) or pa.types.is_floating(t) or pa.types.is_boolean(t))
-
-
-def _view(arr: pa.Array) -> np.ndarray | None:
-    """A numpy view of one Arrow chunk: (n,) for numbers, (n, k) for lists of k numbers;
-    None when the chunk has nulls, ragged lists or other types."""
-    t = arr.type
-    if arr.null_count:
-        return None
-    if _is_numeric(t) and not pa.types.is_boolean(t):
-        return np.asarray(arr.to_numpy(zero_copy_only=True))
-    listy = pa.types.is_list(t) or pa.types.is_large_list(t) or pa.types.is_fixed_size_list(t)
-    if listy and _is_numeric(t.value_type) and not pa.types.is_boolean(t.value_type) and len(arr):
-        lo, hi = pc.min_max(pc.list_value_length(arr)).values()
-        values = arr.flatten()
-        if lo.as_py() == hi.as_py() and not values.null_count:
-            flat = np.asarray(values.to_numpy(zero_copy_only=True))
-            return flat.reshape(len(arr), int(hi.as_py()))
-    return None
 
 
 class Block:
@@ -56,7 +35,7 @@ class Block:
         """Numpy views of the column's chunks and where each starts; None if not viewable."""
         if name not in self._views:
             chunks = [c for p in self._parts for c in p.column(name).chunks]
-            views = [_view(c) for c in chunks]
+            views = [numpy_view(c) for c in chunks]
             ok = all(v is not None for v in views) and len({v.shape[1:] for v in views}) <= 1  # type: ignore[union-attr]
             starts = np.cumsum([0] + [len(c) for c in chunks])
             self._views[name] = (

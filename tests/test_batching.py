@@ -1,0 +1,52 @@
+"""Columns to tensors or lists, gathering from a block, regrouping chunks into batches."""
+
+from __future__ import annotations
+
+import numpy as np
+import pyarrow as pa
+import torch
+
+from loader.batching import column_to_batch, regroup
+from loader.formats.columns import Block
+
+
+def test_what_becomes_a_tensor() -> None:
+    assert torch.equal(column_to_batch(pa.array([1, 2, 3])), torch.tensor([1, 2, 3]))
+    assert column_to_batch(pa.array([True, False])).dtype == torch.bool
+    fixed = column_to_batch(pa.array([[1, 2], [3, 4]], pa.list_(pa.int16())))
+    assert fixed.shape == (2, 2) and fixed.dtype == torch.int16
+    assert column_to_batch(pa.array([1, None])) == [1, None]  # nulls: no silent fill value
+    assert column_to_batch(pa.array([[1], [2, 3]])) == [[1], [2, 3]]  # ragged
+    assert column_to_batch(pa.array(["a", "b"])) == ["a", "b"]
+    sliced = pa.array([[0, 0], [1, 2], [3, 4]]).slice(1)  # offsets respected
+    assert column_to_batch(sliced).tolist() == [[1, 2], [3, 4]]
+
+
+def test_block_gather_matches_arrow_take_across_chunks() -> None:
+    def part(first: int, n: int) -> pa.Table:
+        ids = np.arange(first, first + n)
+        t = pa.table({"id": ids, "tok": [[int(i)] * 3 for i in ids], "s": [str(i) for i in ids]})
+        return pa.concat_tables([t.slice(0, n // 2), t.slice(n // 2)])  # two chunks a column
+
+    parts = [part(0, 10), part(10, 7), part(17, 5)]
+    rows = np.random.default_rng(0).permutation(22)
+    got = Block(parts).take(rows)
+    want = pa.concat_tables(parts).take(pa.array(rows))
+    assert got["id"].tolist() == want["id"].to_pylist()
+    assert isinstance(got["tok"], np.ndarray) and got["tok"].tolist() == want["tok"].to_pylist()
+    assert got["s"].to_pylist() == want["s"].to_pylist()
+    assert list(Block.records(got, step=4)) == want.to_pylist()
+
+
+def test_regroup_slices_and_joins_chunks() -> None:
+    chunks = [
+        {"x": torch.arange(0, 5), "s": list("abcde")},
+        {"x": torch.arange(5, 12), "s": list("fghijkl")},
+        {"x": [12, 13], "s": ["m", "n"]},  # a chunk whose column fell back to a list
+    ]
+    batches = list(regroup(iter(chunks), 4))
+    assert [len(b["s"]) for b in batches] == [4, 4, 4, 2]
+    assert torch.equal(batches[1]["x"], torch.tensor([4, 5, 6, 7]))  # across two chunks
+    assert torch.equal(batches[2]["x"], torch.arange(8, 12))  # inside one chunk: a view
+    assert batches[3]["x"] == [12, 13] and batches[3]["s"] == ["m", "n"]
+    assert "".join(c for b in batches for c in b["s"]) == "abcdefghijklmn"
