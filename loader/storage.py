@@ -25,7 +25,6 @@ __all__ = [
 ]
 
 _USERINFO = re.compile(r"(?<=://)[^/@\s]+@")
-_SECRET_KEYS = ("secret", "token", "password", "key")
 
 
 def redact(url: str) -> str:
@@ -47,19 +46,6 @@ def denied(url: str, error: BaseException) -> PermissionError:
         "(storage_options key/secret, or AWS_ACCESS_KEY_ID / AWS_SECRET_ACCESS_KEY / "
         "AWS_PROFILE) and the bucket policy"
     )
-
-
-def redact_options(options: dict[str, Any] | None) -> dict[str, Any]:
-    """storage_options safe to log: values of secret-looking keys replaced."""
-    out: dict[str, Any] = {}
-    for k, v in (options or {}).items():
-        if isinstance(v, dict):
-            out[k] = redact_options(v)
-        elif any(s in k.lower() for s in _SECRET_KEYS) and k.lower() != "endpoint_url":
-            out[k] = "***"
-        else:
-            out[k] = v
-    return out
 
 
 def filesystem(url: str, storage_options: dict[str, Any] | None = None) -> tuple[Any, str]:

@@ -127,11 +127,6 @@ class CountingProxy:
                 return "reset"
             return None
 
-    def reset_counts(self) -> None:
-        with self._lock:
-            self.bytes_served = 0
-            self.requests.clear()
-
 
 @contextmanager
 def counting_proxy(upstream: str, faults: Faults | None = None) -> Iterator[CountingProxy]:

@@ -69,4 +69,3 @@ def test_every_get_failing_gives_a_clear_error_in_bounded_time(s3: Any) -> None:
     assert isinstance(error, ShardError)
     assert "s3://faulty/parquet/part-0000" in str(error)
     assert "after 3 attempts" in str(error) and "last error" in str(error)
-    print(error)
