@@ -24,6 +24,8 @@ from .storage import filesystem, redact
 
 __all__ = ["StreamingDataset"]
 
+RECORD_STEP = 256  # record mode gathers this many rows at a time
+
 
 def _check_positive(name: str, value: object) -> int | None:
     if value is None:
@@ -231,7 +233,8 @@ class StreamingDataset(IterableDataset[Any]):
         start = min(records, skip * layout.item)
         fmt = self._format()
         root = layout.root(layout.base_of(self._resume, self.epoch))
-        taken = self._taken(cut_segments(segments, start, records), root, fmt)
+        step = self.batch_size or RECORD_STEP
+        taken = self._taken(cut_segments(segments, start, records), root, fmt, step)
         items = (
             (r for part in taken for r in fmt.records(part))
             if self.batch_size is None
@@ -255,21 +258,35 @@ class StreamingDataset(IterableDataset[Any]):
         sampler.set_epoch(self.epoch)
         return sampler.plan(worker, max(1, root.num_workers), align=root.item)
 
-    def _taken(self, segments: list[Segment], root: Layout, fmt: Format) -> Iterator[Any]:
-        """The segments' records in reading order, in chunks of rows."""
+    def _taken(
+        self, segments: list[Segment], root: Layout, fmt: Format, step: int
+    ) -> Iterator[Any]:
+        """The segments' records in reading order, in parts of at most `step` rows that end
+        at multiples of `step` records from the start (so batches are single parts)."""
         if not segments:
             return
         fs, _ = filesystem(self.index.shards[0].url, self.storage_options)
+        done = 0
         with ThreadPoolExecutor(max_workers=self.read_threads) as pool:
             for rank, worker, a, b in segments:
                 plan = self._plan(root, rank, worker)
-                yield from self._read_plan(plan, a, b, fs, fmt, pool)
+                yield from self._read_plan(plan, a, b, fs, fmt, pool, step, done)
+                done += b - a
 
     def _read_plan(
-        self, plan: Plan, start: int, stop: int, fs: Any, fmt: Format, pool: ThreadPoolExecutor
+        self,
+        plan: Plan,
+        start: int,
+        stop: int,
+        fs: Any,
+        fmt: Format,
+        pool: ThreadPoolExecutor,
+        step: int,
+        done: int,
     ) -> Iterator[Any]:
-        """Records [start, stop) of the plan, in chunks. While a block is consumed, the
-        next `prefetch` blocks are already being read by the pool's threads."""
+        """Records [start, stop) of the plan, in parts as `_taken` says (`done` records came
+        before). While a block is consumed, the next `prefetch` blocks are already being
+        read by the pool's threads."""
 
         def read(piece: int) -> Any:
             shard = self.index.shards[int(plan.shards[piece])]
@@ -277,27 +294,47 @@ class StreamingDataset(IterableDataset[Any]):
             check_unchanged(fs, shard, self.retry)
             return fmt.read(fs, shard, first, end, self.columns)
 
+        def join(parts: list[Future[Any]]) -> Any:
+            # queued after its parts' reads, so those have started when this runs: no
+            # deadlock however few threads the pool has
+            return fmt.join([f.result() for f in parts])
+
         blocks = plan.blocks()
-        pending: dict[tuple[int, int], list[Future[Any]]] = {}
+        pending: dict[tuple[int, int], tuple[list[Future[Any]], Future[Any]]] = {}
 
         def submit_from(i: int) -> None:
+            """Read and join blocks i .. i + prefetch in the pool, those not yet asked for:
+            a block reaches this (consuming) thread ready to gather batches from."""
             for blk in blocks[i : i + 1 + self.prefetch]:
                 if blk not in pending:
-                    pending[blk] = [pool.submit(read, p) for p in range(*blk)]
+                    parts = [pool.submit(read, p) for p in range(*blk)]
+                    pending[blk] = (parts, pool.submit(join, parts))
 
         joined: Any = None
         block: tuple[int, int] | None = None
+        if start < stop:  # reads start before the first chunk's order is computed
+            submit_from(plan.block_at(start))
         try:
             for chunk in plan.chunks(start, stop):
                 if chunk.block != block:
+                    if joined is not None:
+                        fmt.release(joined)
+                        joined = None
                     block = chunk.block
                     submit_from(blocks.index(block))
-                    joined = fmt.join([f.result() for f in pending.pop(block)])
+                    joined = pending.pop(block)[1].result()
                     # (k+1,) where each piece of the block starts in `joined`
                     offsets = np.concatenate(([0], np.cumsum(plan.sizes[block[0] : block[1]])))
                 local = offsets[chunk.pieces - block[0]] + chunk.rows - plan.starts[chunk.pieces]
-                yield fmt.take(joined, local)
+                lo = 0
+                while lo < local.size:
+                    hi = min(local.size, lo + step - done % step)
+                    yield fmt.take(joined, local[lo:hi])
+                    done += hi - lo
+                    lo = hi
         finally:
-            for futures in pending.values():  # stopped early: drop what was prefetched
-                for f in futures:
+            if joined is not None:
+                fmt.release(joined)
+            for parts, joining in pending.values():  # stopped early: drop the prefetched
+                for f in [joining, *parts]:
                     f.cancel()

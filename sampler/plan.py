@@ -70,6 +70,16 @@ class Plan:
         n = self.shards.size
         return [(p0, min(p0 + window, n)) for p0 in range(0, n, window)]
 
+    def _before(self) -> I64Array:
+        """(B+1,) records before each block, then the total."""
+        sizes = self.sizes
+        return np.cumsum([0] + [int(sizes[p0:p1].sum()) for p0, p1 in self.blocks()])
+
+    def block_at(self, record: int) -> int:
+        """Index (in `blocks()`) of the block holding the plan's record `record`; for the
+        end of the plan, the number of blocks."""
+        return int(np.searchsorted(self._before(), record, side="right")) - 1
+
     def chunks(self, start: int = 0, stop: int | None = None) -> Iterator[Chunk]:
         """The plan's records in reading order, records [start, stop), in chunks.
 
@@ -79,9 +89,7 @@ class Plan:
         if not 0 <= start <= stop <= len(self):
             raise ValueError(f"need 0 <= start <= stop <= {len(self)}, got {start}, {stop}")
         blocks = self.blocks()
-        sizes = self.sizes
-        # (B,) records before each block
-        before = np.cumsum([0] + [int(sizes[p0:p1].sum()) for p0, p1 in blocks])
+        before = self._before()
         b = int(np.searchsorted(before, start, side="right")) - 1
         skip = start - int(before[b]) if blocks else 0
         left = stop - start

@@ -7,7 +7,7 @@ import pyarrow as pa
 import torch
 
 from loader.batching import column_to_batch, regroup
-from loader.formats.columns import Block
+from loader.formats.columns import Block, BufferPool
 
 
 def test_what_becomes_a_tensor() -> None:
@@ -36,6 +36,35 @@ def test_block_gather_matches_arrow_take_across_chunks() -> None:
     assert isinstance(got["tok"], np.ndarray) and got["tok"].tolist() == want["tok"].to_pylist()
     assert got["s"].to_pylist() == want["s"].to_pylist()
     assert list(Block.records(got, step=4)) == want.to_pylist()
+
+
+def test_taken_rows_survive_the_reuse_of_the_block_buffers() -> None:
+    pool = BufferPool()
+
+    def block(first: int) -> Block:
+        ids = np.arange(first, first + 6)
+        return Block([pa.table({"id": ids, "tok": [[int(i)] * 2 for i in ids]})], pool)
+
+    one = block(0)
+    kept = one.take(np.array([5, 0, 3]))
+    buffers = [id(b) for b in one._buffers]
+    one.release()
+    two = block(100)  # same shapes: the released buffers are reused
+    assert [id(b) for b in two._buffers] == buffers
+    assert kept["id"].tolist() == [5, 0, 3] and kept["tok"].tolist() == [[5, 5], [0, 0], [3, 3]]
+    assert two.take(np.array([1]))["tok"].tolist() == [[101, 101]]
+
+
+def test_block_columns_that_stay_arrow() -> None:
+    parts = [
+        pa.table({"x": pa.array([1, None]), "r": pa.array([[1], [2, 3]])}),
+        pa.table({"x": pa.array([3, 4]), "r": pa.array([[4, 5], [6, 7]])}),
+    ]
+    got = Block(parts).take(np.array([3, 1, 0]))
+    assert got["x"].to_pylist() == [4, None, 1]  # nulls: no fill value invented
+    assert got["r"].to_pylist() == [[6, 7], [2, 3], [1]]  # ragged in one part
+    records = list(Block.records(got))
+    assert records == [{"x": 4, "r": [6, 7]}, {"x": None, "r": [2, 3]}, {"x": 1, "r": [1]}]
 
 
 def test_regroup_slices_and_joins_chunks() -> None:

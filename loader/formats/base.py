@@ -41,6 +41,11 @@ class Format(Protocol):
         """The parts of one block as one gatherable whole, rows numbered part after part."""
         ...
 
+    def release(self, joined: Any) -> None:
+        """The joined block is no longer needed (nothing `take` returned refers to it);
+        its memory may be reused for the next block."""
+        ...
+
     def take(self, joined: Any, indices: Any) -> Any:
         """Rows `indices` (an int array) of a joined block, in that order."""
         ...

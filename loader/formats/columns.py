@@ -1,14 +1,22 @@
-"""Gathering rows of a block of Parquet parts into columns, in one pass over the bytes.
+"""A block of Parquet parts as columns that rows are gathered from, a batch at a time.
 
-pyarrow's take() on a table of many chunks first concatenates the chunks, and
-concatenating the parts of a block costs a full copy of it; on a shuffled read the
-gather is a second. Here each numeric column (and list column of fixed row length) of
-each Arrow chunk is viewed as a numpy array without copying, and a gather writes each
-asked row once into a fresh array. Other columns (strings, nulls) go through Arrow.
+A block's numeric columns (and list columns of one fixed row length) are copied once,
+sequentially, into one contiguous numpy array each, taken from a small pool of buffers
+that is reused block after block; other columns (strings, nulls, ragged lists) become one
+Arrow array. The block's Arrow tables can then be freed. Each batch is one `np.take` per
+column into a fresh, small array that the caller owns: the block's buffers are never
+exposed, so a kept batch pins no block, and the next block reuses them.
+
+Measured on 80,000 rows of a 128 x int32 column in 40 Arrow chunks: one shuffled gather
+straight from the chunks' views costs a random read *and* a random write per row (27 ms);
+the sequential copy plus per-batch takes, strings and tensors included, 18 ms; and after
+the first block the buffers need no fresh pages (zeroing fresh pages was ~20% of a cold
+process's time).
 """
 
 from __future__ import annotations
 
+import threading
 from collections.abc import Iterator, Sequence
 from typing import Any
 
@@ -18,70 +26,115 @@ import pyarrow as pa
 
 from ..batching import numpy_view
 
-__all__ = ["Block"]
+__all__ = ["Block", "BufferPool"]
+
+
+class BufferPool:
+    """Reusable numpy buffers, by dtype and row shape. `get` hands out a buffer of at
+    least the asked rows (a new one when none free is big enough); `put` takes it back."""
+
+    def __init__(self) -> None:
+        self._free: dict[tuple[np.dtype[Any], tuple[int, ...]], list[np.ndarray]] = {}
+        self._lock = threading.Lock()  # blocks are joined in reader threads
+
+    def get(self, rows: int, dtype: np.dtype[Any], shape: tuple[int, ...]) -> np.ndarray:
+        with self._lock:
+            free = self._free.get((dtype, shape), [])
+            for i, buf in enumerate(free):
+                if buf.shape[0] >= rows:
+                    return free.pop(i)
+            if free:
+                free.pop(0)  # too small for blocks this size: let it go
+        return np.empty((rows, *shape), dtype=dtype)
+
+    def put(self, buf: np.ndarray) -> None:
+        with self._lock:
+            self._free.setdefault((buf.dtype, buf.shape[1:]), []).append(buf)
+
+
+def _contiguous(
+    chunks: list[pa.Array], pool: BufferPool | None
+) -> tuple[np.ndarray, np.ndarray] | None:
+    """(the chunks end to end as one numpy array, the buffer it lives in), copied from
+    zero-copy views; None when a chunk is not viewable or the row shapes differ."""
+    views = [numpy_view(c) for c in chunks]
+    if not views or any(v is None for v in views):
+        return None
+    first: np.ndarray = views[0]  # type: ignore[assignment]
+    if any(v.dtype != first.dtype or v.shape[1:] != first.shape[1:] for v in views):  # type: ignore[union-attr]
+        return None
+    rows = sum(len(v) for v in views)  # type: ignore[arg-type]
+    buf = (pool or BufferPool()).get(rows, first.dtype, first.shape[1:])
+    np.concatenate(views, out=buf[:rows])  # type: ignore[arg-type]
+    return buf[:rows], buf
 
 
 class Block:
     """The parts (Arrow tables) of one block; row i of the block is row i of the parts laid
-    end to end."""
+    end to end. The parts are not kept: columns are copied or combined on construction."""
 
-    def __init__(self, parts: Sequence[pa.Table]) -> None:
-        self.names = parts[0].column_names if parts else []
-        self._views: dict[str, tuple[list[np.ndarray], npt.NDArray[np.int64]] | None] = {}
-        self._joined: dict[str, pa.Array] = {}
-        self._parts = list(parts)
+    def __init__(self, parts: Sequence[pa.Table], pool: BufferPool | None = None) -> None:
+        self.names: list[str] = parts[0].column_names if parts else []
+        self.columns: dict[str, np.ndarray | pa.Array] = {}
+        self._buffers: list[np.ndarray] = []
+        self._pool = pool
+        for name in self.names:
+            chunks = [c for p in parts for c in p.column(name).chunks]
+            numeric = _contiguous(chunks, pool)
+            if numeric is not None:
+                self.columns[name] = numeric[0]
+                self._buffers.append(numeric[1])
+            else:
+                col = pa.chunked_array(chunks, type=parts[0].schema.field(name).type)
+                self.columns[name] = col.combine_chunks()
 
-    def _chunks(self, name: str) -> tuple[list[np.ndarray], npt.NDArray[np.int64]] | None:
-        """Numpy views of the column's chunks and where each starts; None if not viewable."""
-        if name not in self._views:
-            chunks = [c for p in self._parts for c in p.column(name).chunks]
-            views = [numpy_view(c) for c in chunks]
-            ok = all(v is not None for v in views) and len({v.shape[1:] for v in views}) <= 1  # type: ignore[union-attr]
-            starts = np.cumsum([0] + [len(c) for c in chunks])
-            self._views[name] = (
-                ([v for v in views if v is not None], starts) if ok and views else None
-            )
-        return self._views[name]
-
-    def _arrow(self, name: str) -> pa.Array:
-        if name not in self._joined:
-            col = pa.chunked_array([c for p in self._parts for c in p.column(name).chunks])
-            self._joined[name] = col.combine_chunks()
-        return self._joined[name]
-
-    @staticmethod
-    def records(columns: dict[str, Any], step: int = 1024) -> Iterator[dict[str, Any]]:
-        """Taken columns as {column: value} rows, made `step` rows at a time (small runs of
-        Python objects stay in cache: about twice as fast as one big run)."""
-        names = list(columns)
-        n = len(next(iter(columns.values()))) if columns else 0
-        for lo in range(0, n, step):
-            values = [
-                c[lo : lo + step].tolist()
-                if isinstance(c, np.ndarray)
-                else c.slice(lo, step).to_pylist()
-                for c in columns.values()
-            ]
-            for row in zip(*values):
-                yield dict(zip(names, row))
+    def release(self) -> None:
+        """The block is done: its buffers go back to the pool for the next block."""
+        if self._pool is not None:
+            for buf in self._buffers:
+                self._pool.put(buf)
+        self._buffers, self.columns = [], {}
 
     def take(self, rows: npt.NDArray[np.int64]) -> dict[str, Any]:
-        """Rows of the block, in order: column -> numpy array or Arrow array."""
+        """Rows of the block, in order: column -> a fresh numpy array or Arrow array."""
         out: dict[str, Any] = {}
-        for name in self.names:
-            chunks = self._chunks(name)
-            if chunks is None:
-                out[name] = self._arrow(name).take(pa.array(rows))
-                continue
-            views, starts = chunks
-            # (n,) the chunk holding each row; then the rows grouped by chunk
-            which = np.searchsorted(starts, rows, side="right") - 1
-            order = np.argsort(which, kind="stable")
-            bounds = np.searchsorted(which[order], np.arange(len(views) + 1))
-            res = np.empty((rows.size, *views[0].shape[1:]), dtype=views[0].dtype)
-            for c in range(len(views)):
-                sel = order[bounds[c] : bounds[c + 1]]
-                if sel.size:
-                    res[sel] = views[c][rows[sel] - starts[c]]
-            out[name] = res
+        arrow_rows = None
+        for name, col in self.columns.items():
+            if isinstance(col, np.ndarray):
+                out[name] = np.take(col, rows, axis=0)
+            else:
+                arrow_rows = pa.array(rows) if arrow_rows is None else arrow_rows
+                out[name] = col.take(arrow_rows)
         return out
+
+    @staticmethod
+    def records(columns: dict[str, Any], step: int = 256) -> Iterator[dict[str, Any]]:
+        """Taken columns as {column: value} rows, as Arrow's to_pylist gives them.
+
+        Scalar columns become Python values `step` rows at a time; rows of 2-D columns
+        (fixed-length lists) become lists one record at a time, so the lists a consumer
+        drops die young: made in bulk, they outlive several garbage collections, each of
+        which walks every one of them (measured: bulk 1024 rows 245 ms, this 170 ms per
+        80,000 records of 128 ints, torch imported).
+        """
+        names = list(columns)
+        n = len(next(iter(columns.values()))) if columns else 0
+        nested = [k for k, c in columns.items() if isinstance(c, np.ndarray) and c.ndim > 1]
+        for lo in range(0, n, step):
+            values = [
+                c[lo : lo + step]
+                if name in nested
+                else c[lo : lo + step].tolist()
+                if isinstance(c, np.ndarray)
+                else c.slice(lo, step).to_pylist()
+                for name, c in columns.items()
+            ]
+            if not nested:
+                for row in zip(*values):
+                    yield dict(zip(names, row))
+                continue
+            for row in zip(*values):
+                record = dict(zip(names, row))
+                for name in nested:
+                    record[name] = record[name].tolist()
+                yield record

@@ -156,6 +156,9 @@ class TarFormat:
     def join(self, parts: Sequence[list[Any]]) -> list[Any]:
         return [x for part in parts for x in part]
 
+    def release(self, joined: list[Any]) -> None:
+        pass  # the samples are handed out themselves; nothing to reuse
+
     def take(self, joined: list[Any], indices: Any) -> list[Any]:
         return [joined[i] for i in indices.tolist()]
 
