@@ -57,15 +57,16 @@ def _contiguous(
 ) -> tuple[np.ndarray, np.ndarray] | None:
     """(the chunks end to end as one numpy array, the buffer it lives in), copied from
     zero-copy views; None when a chunk is not viewable or the row shapes differ."""
-    views = [numpy_view(c) for c in chunks]
-    if not views or any(v is None for v in views):
+    maybe = [numpy_view(c) for c in chunks]
+    views = [v for v in maybe if v is not None]
+    if not views or len(views) < len(maybe):
         return None
-    first: np.ndarray = views[0]  # type: ignore[assignment]
-    if any(v.dtype != first.dtype or v.shape[1:] != first.shape[1:] for v in views):  # type: ignore[union-attr]
+    first = views[0]
+    if any(v.dtype != first.dtype or v.shape[1:] != first.shape[1:] for v in views):
         return None
-    rows = sum(len(v) for v in views)  # type: ignore[arg-type]
+    rows = sum(len(v) for v in views)
     buf = (pool or BufferPool()).get(rows, first.dtype, first.shape[1:])
-    np.concatenate(views, out=buf[:rows])  # type: ignore[arg-type]
+    np.concatenate(views, out=buf[:rows])
     return buf[:rows], buf
 
 
