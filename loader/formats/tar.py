@@ -16,9 +16,9 @@ from collections.abc import Callable, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from typing import Any
 
+import numpy as np
 import torch
 from fsspec.caching import ReadAheadCache
-from webdataset.tariterators import base_plus_ext
 
 from ..errors import ShardError
 from ..retry import RetryPolicy, read_ranges
@@ -28,6 +28,9 @@ from ..storage import FileEntry, redact
 __all__ = ["TarFormat", "scan_tar"]
 
 _SKIP_META = re.compile(r"__[^/]*__($|/)")  # webdataset's skip_meta default
+# webdataset's base_plus_ext (key, then every extension), compiled once: it calls
+# re.match with the pattern string, a cache lookup that was a third of the index time
+_KEY_EXT = re.compile(r"^((?:.*/|)[^.]+)[.]([^/]*)$")
 _SCAN_BLOCK = 1 << 20  # readahead while walking the headers
 _BLOCK = tarfile.BLOCKSIZE  # 512: a header; two zero blocks end an archive
 
@@ -40,28 +43,28 @@ def scan_tar(f: Any, url: str, size: int) -> dict[str, Any]:
     inside a member, or between members (Python's tarfile then simply stops, so we check
     for the end-of-archive block ourselves).
     """
+    try:
+        found, end = _walk_headers(f, url, size)
+    except _NeedsTarfile:
+        found, end = _tarfile_members(f, url, size)
     keys: list[str] = []
     members: list[list[list[Any]]] = []
-    try:
-        with tarfile.open(fileobj=f, mode="r:") as tf:
-            for info in tf:
-                if not info.isreg() or _SKIP_META.match(info.name):
-                    continue
-                key, ext = base_plus_ext(info.name)
-                if key is None:
-                    continue
-                if info.offset_data + info.size > size:
-                    raise ShardError(
-                        f"{redact(url)}: truncated tar: member {info.name} ends at byte "
-                        f"{info.offset_data + info.size} of a {size}-byte file"
-                    )
-                if not keys or keys[-1] != key:
-                    keys.append(key)
-                    members.append([])
-                members[-1].append([ext.lower(), info.offset_data, info.size])
-            end = tf.offset  # where the next header would start
-    except tarfile.TarError as e:
-        raise ShardError(f"{redact(url)}: corrupt or truncated tar ({e})") from e
+    for name, offset, length in found:
+        if _SKIP_META.match(name):
+            continue
+        split = _KEY_EXT.match(name)
+        if split is None:
+            continue
+        key, ext = split.groups()
+        if offset + length > size:
+            raise ShardError(
+                f"{redact(url)}: truncated tar: member {name} ends at byte "
+                f"{offset + length} of a {size}-byte file"
+            )
+        if not keys or keys[-1] != key:
+            keys.append(key)
+            members.append([])
+        members[-1].append([ext.lower(), offset, length])
     f.seek(end)
     if f.read(_BLOCK) != bytes(_BLOCK):
         raise ShardError(
@@ -69,6 +72,105 @@ def scan_tar(f: Any, url: str, size: int) -> dict[str, Any]:
             f"{size}; the file was cut short (re-upload it)"
         )
     return {"num_records": len(keys), "details": {"keys": keys, "members": members}}
+
+
+Member = tuple[str, int, int]  # name, data offset, data size
+
+
+def _tarfile_members(f: Any, url: str, size: int) -> tuple[list[Member], int]:
+    """(regular members, offset of the block after the last) by Python's tarfile: any
+    header format (pax, GNU long names, base-256 sizes, ...)."""
+    found: list[Member] = []
+    f.seek(0)
+    try:
+        with tarfile.open(fileobj=f, mode="r:") as tf:
+            for info in tf:
+                if info.isreg():
+                    found.append((info.name, info.offset_data, info.size))
+            end = tf.offset  # where the next header would start
+    except tarfile.TarError as e:
+        raise ShardError(f"{redact(url)}: corrupt or truncated tar ({e})") from e
+    return found, end
+
+
+class _NeedsTarfile(Exception):
+    """A header our walk leaves to tarfile."""
+
+
+_REGULAR = (b"0", b"\0", b"7")  # tarfile's REGTYPE, AREGTYPE, CONTTYPE
+_OTHER = (b"1", b"2", b"3", b"4", b"5", b"6")  # links, devices, directories, fifos: no data
+_ZERO = bytes(_BLOCK)
+
+
+def _walk_headers(f: Any, url: str, size: int) -> tuple[list[Member], int]:
+    """What `_tarfile_members` returns, for plain ustar/GNU/v7 headers only (what tar
+    writers emit for short ASCII names); raises _NeedsTarfile on any other header.
+
+    tarfile costs ~30 us a member (a TarInfo object, its checks); WebDataset shards hold
+    many small members, and this walk reads the same fields in ~2 us: 480,000 members
+    index in ~1 s instead of 15 s. Checksums are verified as tarfile does (unsigned or
+    signed sum), all the headers of a buffer at once.
+    """
+    found: list[Member] = []
+    pos, base, buf = 0, 0, b""
+    heads: list[tuple[int, int]] = []  # (header offset in buf, stored checksum) to verify
+    while True:
+        if pos + _BLOCK > base + len(buf):
+            _verify(buf, heads, base, url)
+            heads = []
+            f.seek(pos)
+            base, buf = pos, f.read(max(_SCAN_BLOCK, _BLOCK))
+            if len(buf) < _BLOCK:
+                return found, pos  # no room for a header: the end check reports it
+        at = pos - base
+        hdr = buf[at : at + _BLOCK]
+        if hdr == _ZERO:
+            _verify(buf, heads, base, url)
+            return found, pos
+        kind = hdr[156:157]
+        field = hdr[124:136]
+        if field[0] & 0x80 or (kind not in _REGULAR and kind not in _OTHER):
+            raise _NeedsTarfile  # base-256 size, pax / GNU long name / sparse / vendor
+        try:
+            length = int(field.split(b"\0", 1)[0].strip() or b"0", 8)
+            stored = int(hdr[148:156].split(b"\0", 1)[0].strip() or b"0", 8)
+        except ValueError:
+            raise ShardError(
+                f"{redact(url)}: corrupt or truncated tar (bad header at byte {pos})"
+            ) from None
+        heads.append((at, stored))
+        name = hdr[:100].split(b"\0", 1)[0]
+        prefix = hdr[345:500].split(b"\0", 1)[0]  # ustar's; tarfile reads it in any header
+        if prefix:
+            name = prefix + b"/" + name
+        text = name.decode("utf-8", "surrogateescape")
+        pos += _BLOCK
+        if kind in _OTHER or (kind == b"\0" and text.endswith("/")):
+            continue  # tarfile skips no data after these
+        found.append((text, pos, length))
+        pos += -(-length // _BLOCK) * _BLOCK
+
+
+def _verify(buf: bytes, heads: list[tuple[int, int]], base: int, url: str) -> None:
+    """Check the stored checksums of the headers at `heads` in `buf`, vectorized."""
+    if not heads:
+        return
+    # headers start at multiples of 512 in the file, and `buf` at one too
+    blocks = np.frombuffer(buf, dtype=np.uint8, count=len(buf) // _BLOCK * _BLOCK)
+    at = np.array([a for a, _ in heads], dtype=np.int64)
+    rows = blocks.reshape(-1, _BLOCK)[at // _BLOCK]  # (n, 512) the headers
+    # the checksum field counts as eight spaces
+    unsigned = rows.sum(axis=1, dtype=np.int64) - rows[:, 148:156].sum(axis=1) + 8 * 32
+    stored = np.array([c for _, c in heads], dtype=np.int64)
+    for i in np.flatnonzero(unsigned != stored):
+        row = rows[i].astype(np.int64)
+        row[148:156] = 32
+        signed = int(np.where(row > 127, row - 256, row).sum())
+        if signed != stored[i]:
+            raise ShardError(
+                f"{redact(url)}: corrupt or truncated tar (bad header checksum at byte "
+                f"{base + int(at[i])})"
+            )
 
 
 class RangeFile(io.RawIOBase):
