@@ -10,6 +10,7 @@ from __future__ import annotations
 import errno
 import logging
 import random
+import threading
 import time
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
@@ -18,7 +19,14 @@ from typing import Any, TypeVar
 from .errors import ShardError
 from .storage import denied, redact
 
-__all__ = ["RetryPolicy", "is_transient", "read_ranges", "retrying"]
+__all__ = [
+    "RetryPolicy",
+    "bytes_fetched",
+    "count_fetched",
+    "is_transient",
+    "read_ranges",
+    "retrying",
+]
 
 log = logging.getLogger(__name__)
 T = TypeVar("T")
@@ -115,6 +123,21 @@ def retrying(what: str, policy: RetryPolicy, fn: Callable[[], T]) -> T:
 
 BLOCK = 8 << 20  # long ranges are fetched in blocks: a retry re-fetches only what failed
 
+_fetched = [0]  # bytes this process asked storage for (read_ranges, local Parquet reads)
+_fetched_lock = threading.Lock()
+
+
+def count_fetched(n: int) -> None:
+    """Add n bytes to what `bytes_fetched` reports."""
+    with _fetched_lock:
+        _fetched[0] += n
+
+
+def bytes_fetched() -> int:
+    """Bytes this process has read from shards so far: the ranges fetched from storage,
+    retries included (the benchmark's bytes-per-rank figure)."""
+    return _fetched[0]
+
 
 def read_ranges(
     fs: Any,
@@ -141,6 +164,7 @@ def read_ranges(
             paths, [b for _, b, _ in todo], [e for _, _, e in todo], on_error="return"
         )
         retry = []
+        count_fetched(sum(len(d) for d in got if isinstance(d, bytes)))
         for (i, b, e), data in zip(todo, got):
             if isinstance(data, BaseException):
                 _check(urls[i], (i, b), e, data, failures, policy)

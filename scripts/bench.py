@@ -8,16 +8,19 @@ Parquet shards and the same records as tar shards, then runs each measurement in
 process (so peak RSS is its own) --rounds times and reports medians:
 
   limits  raw pyarrow iter_batches decode of the same columns (batch-mode limit), the same
-          plus to_pylist (record-mode limit), a raw tarfile read of the tar shards, and with
-          --s3 a raw s3fs read of the same Parquet bytes from a local moto S3 server;
+          plus to_pylist (record-mode limit), a raw tarfile read of the tar shards, torch's
+          DataLoader moving ready-made batches of the same shape from 2 worker processes
+          (the limit of any loader in workers), and with --s3 a raw s3fs read of the same
+          Parquet bytes from a local moto S3 server;
   ours    StreamingDataset in batch and record mode, 0 and 2 DataLoader workers, local and
-          (--s3) over S3, Parquet and tar;
+          (--s3) over S3 (also as rank 0 of 4), Parquet and tar;
   peers   (--peers, where installed: pip install 'shardstream[bench]') webdataset's
           WebDataset on the tar shards, Hugging Face datasets streaming the Parquet shards
           with split_dataset_by_node, torch's DistributedSampler over a map-style Parquet
           dataset.
 
-Columns: records/s, MB/s (of shard bytes), time to first item, peak RSS, ratio to its limit.
+Columns: records/s, MB/s (of shard bytes), time to first item, peak RSS, bytes fetched
+against the run's share, ratio to its limit.
 --scale N repeats our batch-mode run on a dataset N times larger, to show RSS stays flat.
 """
 
@@ -114,9 +117,13 @@ def _identity(item: Any) -> Any:
     return item
 
 
-def ours(source: str, batch: bool, workers: int, endpoint: str | None) -> Iterator[int]:
-    """Workers 0: the dataset iterated directly. Else a DataLoader whose collate_fn passes
-    items through (its default_convert walks every list element of every record)."""
+def ours(
+    source: str, batch: bool, workers: int, endpoint: str | None, replicas: int = 1
+) -> Iterator[int]:
+    """Workers 0: the dataset iterated directly. Else a DataLoader: in batch mode one that
+    passes our batches through (collate_fn identity: its default_convert would walk every
+    list element); in record mode one that sends lists of BATCH records from each worker
+    (per-record items would pay the DataLoader's inter-process cost once per record)."""
     from torch.utils.data import DataLoader
 
     from loader import StreamingDataset
@@ -128,14 +135,42 @@ def ours(source: str, batch: bool, workers: int, endpoint: str | None) -> Iterat
         columns=None if tar else COLUMNS,
         batch_size=BATCH if batch else None,
         storage_options=options,
+        num_replicas=replicas,
+        rank=0,
     )
-    items = (
-        DataLoader(ds, batch_size=None, num_workers=workers, collate_fn=_identity)
-        if workers
-        else ds
-    )
-    for item in items:
-        yield len(item["__key__" if tar else "id"]) if batch else 1
+    if not workers:
+        for item in ds:
+            yield len(item["__key__" if tar else "id"]) if batch else 1
+    elif batch:
+        for item in DataLoader(ds, batch_size=None, num_workers=workers, collate_fn=_identity):
+            yield len(item["__key__" if tar else "id"])
+    else:
+        for records in DataLoader(ds, batch_size=BATCH, num_workers=workers, collate_fn=list):
+            yield len(records)
+
+
+def raw_dataloader_ipc(data: Path, workers: int) -> Iterator[int]:
+    """The limit of any loader inside DataLoader workers: ready-made batches of the same
+    shape (int64 ids, a BATCH x TOKENS int32 tensor, BATCH strings) and number of records,
+    sent from `workers` processes."""
+    import torch
+    from torch.utils.data import DataLoader, IterableDataset, get_worker_info
+
+    class Ready(IterableDataset[dict[str, Any]]):
+        def __init__(self, records: int) -> None:
+            self.records = records
+
+        def __iter__(self) -> Iterator[dict[str, Any]]:
+            info = get_worker_info()
+            share = self.records // (info.num_workers if info else 1)
+            tokens = torch.randint(0, 50_000, (BATCH, TOKENS), dtype=torch.int32)
+            texts = [f"document {i}" for i in range(BATCH)]
+            for _ in range(share // BATCH):
+                yield {"id": torch.arange(BATCH), "tokens": tokens.clone(), "text": list(texts)}
+
+    ds = Ready(sum(pq.read_metadata(p).num_rows for p in (data / "parquet").glob("*.parquet")))
+    for item in DataLoader(ds, batch_size=None, num_workers=workers, collate_fn=_identity):
+        yield len(item["id"])
 
 
 def peer_webdataset(data: Path) -> Iterator[int]:
@@ -187,13 +222,14 @@ RUNS: dict[str, tuple[str, str, Callable[[Path, str | None], Iterator[int]]]] = 
     "raw pyarrow decode": ("", "limit", lambda d, e: raw_decode(d, False)),
     "raw pyarrow to_pylist": ("", "limit", lambda d, e: raw_decode(d, True)),
     "raw tar read": ("", "limit", lambda d, e: raw_tar(d)),
+    "torch DataLoader IPC w2": ("", "limit", lambda d, e: raw_dataloader_ipc(d, 2)),
     "ours batch local w0": (
         "raw pyarrow decode",
         "ours",
         lambda d, e: ours(str(d / "parquet"), True, 0, None),
     ),
     "ours batch local w2": (
-        "raw pyarrow decode",
+        "torch DataLoader IPC w2",
         "ours",
         lambda d, e: ours(str(d / "parquet"), True, 2, None),
     ),
@@ -222,6 +258,11 @@ RUNS: dict[str, tuple[str, str, Callable[[Path, str | None], Iterator[int]]]] = 
         "raw s3fs read",
         "s3",
         lambda d, e: ours("s3://bench/parquet", True, 2, e),
+    ),
+    "ours batch s3 w0, rank 0 of 4": (
+        "raw s3fs read",
+        "s3",
+        lambda d, e: ours("s3://bench/parquet", True, 0, e, replicas=4),
     ),
     "ours record s3 w0": (
         "raw pyarrow to_pylist",
@@ -259,11 +300,14 @@ def measure_one(name: str, data: Path, endpoint: str | None) -> dict[str, float]
     seconds = time.perf_counter() - t0
     own = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss
     kids = resource.getrusage(resource.RUSAGE_CHILDREN).ru_maxrss
+    from loader.retry import bytes_fetched  # this process's reads (not its workers')
+
     return {
         "seconds": seconds,
         "count": count,
         "first_s": first or 0.0,
         "peak_rss_mb": max(own, kids) / 1024,
+        "fetched": bytes_fetched(),
     }
 
 
@@ -316,9 +360,15 @@ def summarize(name: str, results: list[dict[str, float]], nbytes: dict[str, int]
     best = sorted(results, key=lambda r: r["seconds"])[len(results) // 2]
     kind = "tar" if "tar" in name or "webdataset" in name else "parquet"
     is_bytes = name == "raw s3fs read"
+    # bytes our loader fetched in the measuring process (index included) against the
+    # run's share of the shard bytes; runs with DataLoader workers fetch in the workers
+    share = nbytes["parquet"] / (4 if "of 4" in name else 1)
+    fetched = best.get("fetched", 0) if name.startswith("ours") and " w0" in name else 0
     return {
         "run": name,
         "group": RUNS[name][1],
+        "fetched_mb": fetched / 1e6 if fetched and kind == "parquet" else None,
+        "fetched_x_share": fetched / share if fetched and kind == "parquet" else None,
         "records_per_s": None if is_bytes else best["count"] / best["seconds"],
         "mb_per_s": nbytes[kind] / best["seconds"] / 1e6,
         "seconds": best["seconds"],
@@ -415,15 +465,20 @@ def report(rows: list[dict[str, Any]], nbytes: dict[str, int], args: argparse.Na
     )
     print(
         f"{'run':<38} {'records/s':>11} {'MB/s':>7} {'first(s)':>8} {'RSS MB':>7} "
-        f"{'x limit':>7}  limit"
+        f"{'fetched':>7} {'x limit':>7}  limit"
     )
     for r in rows:
         rps = f"{r['records_per_s']:,.0f}" if r["records_per_s"] else "-"
         ratio = f"{r['ratio_to_limit']:.2f}" if r["ratio_to_limit"] else "-"
+        share = f"{r['fetched_x_share']:.2f}" if r["fetched_x_share"] else "-"
         print(
             f"{r['run']:<38} {rps:>11} {r['mb_per_s']:>7.1f} {r['first_item_s']:>8.3f} "
-            f"{r['peak_rss_mb']:>7.0f} {ratio:>7}  {r['limit'] or ''}"
+            f"{r['peak_rss_mb']:>7.0f} {share:>7} {ratio:>7}  {r['limit'] or ''}"
         )
+    print(
+        "fetched: bytes our loader read (index included) / its share of the Parquet bytes "
+        "(1/4 for rank 0 of 4); '-' where DataLoader workers did the reading"
+    )
 
 
 if __name__ == "__main__":

@@ -175,6 +175,23 @@ def test_bad_arguments(tmp_path: Path, kwargs: dict, message: str) -> None:
         StreamingDataset(url, **kwargs)
 
 
+@pytest.mark.parametrize("storage", ["local", "s3"])
+def test_bytes_fetched_counts_the_row_groups_read(
+    request: pytest.FixtureRequest, storage: str, tmp_path: Path
+) -> None:
+    from loader.retry import bytes_fetched
+
+    s3 = request.getfixturevalue("s3") if storage == "s3" else None
+    url, options = make_source(storage, "parquet", tmp_path, s3)
+    index = ShardIndex.build(url, options)
+    before = bytes_fetched()
+    ds = StreamingDataset(index, storage_options=options)
+    assert sorted(record_id(r) for r in ds) == list(range(sum(SIZES)))
+    read = [s for s in index.shards if s.num_records]  # a 0-record shard is not opened
+    row_groups = sum(sum(s.details["row_group_bytes"]) for s in read)
+    assert bytes_fetched() - before == row_groups  # footers: parsed once, by the build
+
+
 def test_a_rank_fetches_about_its_share_of_the_bytes(s3: Any) -> None:
     """A rank of 16 over 8 Parquet shards: ~1/16 of the bytes, index building included."""
     from .s3proxy import counting_proxy

@@ -18,7 +18,7 @@ from fsspec.utils import merge_offset_ranges
 
 from ..batching import column_to_batch
 from ..errors import ShardError
-from ..retry import RetryPolicy, read_ranges
+from ..retry import RetryPolicy, count_fetched, read_ranges
 from ..shard import Shard
 from ..storage import FileEntry, redact
 from .columns import Block, BufferPool
@@ -97,6 +97,26 @@ def _row_groups(shard: Shard, start: int, stop: int) -> tuple[int, list[int]]:
 MAX_GAP = 64_000  # fetch the gap between two needed column chunks when it is this small
 
 
+def _column_ranges(
+    url: str, meta: Any, groups: Sequence[int], columns: Sequence[str] | None
+) -> tuple[list[int], list[int]]:
+    """(starts, ends): byte ranges holding the asked columns' chunks in the given row
+    groups, neighbours closer than MAX_GAP merged."""
+    wanted = None if columns is None else set(columns)
+    starts, ends = [], []
+    for g in groups:
+        rg = meta.row_group(g)
+        for j in range(rg.num_columns):
+            col = rg.column(j)
+            if wanted is not None and col.path_in_schema.split(".")[0] not in wanted:
+                continue
+            begin = col.dictionary_page_offset if col.has_dictionary_page else col.data_page_offset
+            starts.append(begin)
+            ends.append(begin + col.total_compressed_size)
+    _, starts, ends = merge_offset_ranges([url] * len(starts), starts, ends, max_gap=MAX_GAP)
+    return [int(a) for a in starts], [int(b) for b in ends]
+
+
 def _fetch_column_chunks(
     fs: Any,
     url: str,
@@ -111,20 +131,7 @@ def _fetch_column_chunks(
     every call and needs a footer sample of at least pyarrow's 64 KiB tail read; with the
     footer already parsed, we only fetch the column chunks (coalesced, concurrent on S3).
     """
-    wanted = None if columns is None else set(columns)
-    starts, ends = [], []
-    for g in groups:
-        rg = meta.row_group(g)
-        for j in range(rg.num_columns):
-            col = rg.column(j)
-            if wanted is not None and col.path_in_schema.split(".")[0] not in wanted:
-                continue
-            begin = col.dictionary_page_offset if col.has_dictionary_page else col.data_page_offset
-            starts.append(begin)
-            ends.append(begin + col.total_compressed_size)
-    path = fs._strip_protocol(url)
-    _, starts, ends = merge_offset_ranges([path] * len(starts), starts, ends, max_gap=MAX_GAP)
-    ends = [int(b) for b in ends]
+    starts, ends = _column_ranges(url, meta, groups, columns)
     data = read_ranges(fs, [url] * len(starts), starts, ends, retry)
     return {(a, b): blob for a, b, blob in zip(starts, ends, data)}
 
@@ -216,6 +223,8 @@ class ParquetFormat:
                 path = fs._strip_protocol(url)
                 with pq.ParquetFile(path, metadata=meta) as pf:
                     table = pf.read_row_groups(groups, columns=cols)
+                starts, ends = _column_ranges(url, meta, groups, cols)  # what it read
+                count_fetched(sum(b - a for a, b in zip(starts, ends)))
                 return table.slice(start - first_row, stop - start)
             parts = _fetch_column_chunks(fs, url, meta, groups, cols, self.retry)
             # pyarrow decodes from the fetched parts only: fsspec's "parts" cache serves its
