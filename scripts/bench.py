@@ -57,7 +57,7 @@ TOKENS = 128
 
 
 # ---------------------------------------------------------------- data ----------------
-def make_dataset(root: Path, shards: int, per_shard: int, row_group: int) -> None:
+def make_dataset(root: Path, shards: int, per_shard: int, row_group: int, tar: bool = True) -> None:
     """Parquet shards in root/parquet, the same records as tar shards in root/tar."""
     (root / "parquet").mkdir(parents=True, exist_ok=True)
     (root / "tar").mkdir(parents=True, exist_ok=True)
@@ -71,6 +71,8 @@ def make_dataset(root: Path, shards: int, per_shard: int, row_group: int) -> Non
             {"id": ids, "tokens": flat.cast(pa.list_(pa.int32())), "text": pa.array(texts)}
         )
         pq.write_table(table, root / "parquet" / f"part-{k:05d}.parquet", row_group_size=row_group)
+        if not tar:
+            continue
         with tarfile.open(root / "tar" / f"part-{k:05d}.tar", "w") as tf:
             for i, row, text in zip(ids, tokens, texts):
                 for ext, data in (
@@ -362,7 +364,7 @@ def summarize(name: str, results: list[dict[str, float]], nbytes: dict[str, int]
     is_bytes = name == "raw s3fs read"
     # bytes our loader fetched in the measuring process (index included) against the
     # run's share of the shard bytes; runs with DataLoader workers fetch in the workers
-    share = nbytes["parquet"] / (4 if "of 4" in name else 1)
+    share = nbytes[kind] / (4 if "of 4" in name else 1)
     fetched = best.get("fetched", 0) if name.startswith("ours") and " w0" in name else 0
     return {
         "run": name,
@@ -370,7 +372,7 @@ def summarize(name: str, results: list[dict[str, float]], nbytes: dict[str, int]
         "fetched_mb": fetched / 1e6 if fetched and kind == "parquet" else None,
         "fetched_x_share": fetched / share if fetched and kind == "parquet" else None,
         "records_per_s": None if is_bytes else best["count"] / best["seconds"],
-        "mb_per_s": nbytes[kind] / best["seconds"] / 1e6,
+        "mb_per_s": share / best["seconds"] / 1e6,
         "seconds": best["seconds"],
         "first_item_s": statistics.median(r["first_s"] for r in results),
         "peak_rss_mb": max(r["peak_rss_mb"] for r in results),
@@ -421,13 +423,18 @@ def main() -> None:
                 ]
                 if all(results):
                     rows.append(summarize(name, results, nbytes))  # type: ignore[arg-type]
-        if args.scale:
+        if args.scale:  # the batch-mode pair again, on N times the Parquet shards
             big = tmp / "big"
-            make_dataset(big, args.shards * args.scale, args.records_per_shard, args.row_group)
+            make_dataset(
+                big, args.shards * args.scale, args.records_per_shard, args.row_group, tar=False
+            )
             nb = {k: sum(f.stat().st_size for f in (big / k).iterdir()) for k in ("parquet", "tar")}
-            res = [run_isolated("ours batch local w0", big, None) for _ in range(args.rounds)]
-            row = summarize("ours batch local w0", res, nb)  # type: ignore[arg-type]
-            rows.append({**row, "run": f"ours batch local w0, {args.scale}x data"})
+            tag = f", {args.scale}x data"
+            for name in ("raw pyarrow decode", "ours batch local w0"):
+                res = [run_isolated(name, big, None) for _ in range(args.rounds)]
+                row = summarize(name, res, nb)  # type: ignore[arg-type]
+                limit = row["limit"] and row["limit"] + tag
+                rows.append({**row, "run": name + tag, "limit": limit})
         by_name = {r["run"]: r for r in rows}
         for r in rows:
             # records/s against the limit's records/s; against the raw S3 read, MB/s
