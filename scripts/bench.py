@@ -430,11 +430,17 @@ def main() -> None:
             )
             nb = {k: sum(f.stat().st_size for f in (big / k).iterdir()) for k in ("parquet", "tar")}
             tag = f", {args.scale}x data"
-            for name in ("raw pyarrow decode", "ours batch local w0"):
-                res = [run_isolated(name, big, None) for _ in range(args.rounds)]
-                row = summarize(name, res, nb)  # type: ignore[arg-type]
-                limit = row["limit"] and row["limit"] + tag
-                rows.append({**row, "run": name + tag, "limit": limit})
+            pairs = [("raw pyarrow decode", "ours batch local w0")]
+            pairs += [("raw s3fs read", "ours batch s3 w0")] if args.s3 else []
+            big_parquet = sorted((big / "parquet").glob("*.parquet"))
+            for pair in pairs:
+                s3 = "s3" in pair[0]
+                with moto_server(big_parquet) if s3 else _nothing() as endpoint:
+                    for name in pair:
+                        res = [run_isolated(name, big, endpoint) for _ in range(args.rounds)]
+                        row = summarize(name, res, nb)  # type: ignore[arg-type]
+                        limit = row["limit"] and row["limit"] + tag
+                        rows.append({**row, "run": name + tag, "limit": limit})
         by_name = {r["run"]: r for r in rows}
         for r in rows:
             # records/s against the limit's records/s; against the raw S3 read, MB/s
