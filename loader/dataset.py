@@ -74,11 +74,13 @@ class StreamingDataset(IterableDataset[Any]):
     list columns as tensors, others as lists; only the rank's last batch may be short.
     `columns` selects Parquet columns or tar extensions.
 
-    Reading: a block of `window` pieces (shard row ranges) is read by `read_threads`
-    threads, and the next `prefetch` blocks are read while one is consumed; memory holds
-    about (1 + prefetch) blocks. Transient storage errors (throttling, 5xx, dropped
-    connections, timeouts) are retried as `retry` says (a RetryPolicy: attempts and
-    backoff); then the error names the shard.
+    Reading: a block of `window` pieces (shard row ranges) is read and decoded by
+    `read_threads` threads and joined there (Parquet: numeric columns copied into one
+    contiguous buffer each, reused block after block); the next `prefetch` blocks are read
+    while one is consumed, so memory holds about (1 + prefetch) decoded blocks. Each batch
+    or record is gathered fresh from the block: what you keep pins no block. Transient
+    storage errors (throttling, 5xx, dropped connections, timeouts) are retried as `retry`
+    says (a RetryPolicy: attempts and backoff); then the error names the shard.
 
     Resume: `state_dict`, `consumed_state`, `load_state_dict` (see loader.state), also in
     another number of ranks or workers.

@@ -98,8 +98,9 @@ class ShardIndex:
     ) -> ShardIndex:
         """Index a directory, an s3:// prefix, a glob, a single file or a list of URLs.
 
-        Reads only what indexing needs: Parquet footers (two small range reads a shard,
-        batched over shards), or one sequential pass over each tar's headers.
+        Reads only what indexing needs: the last 8 KiB of each Parquet shard, batched over
+        shards (a second read where a footer is longer; the parsed footers stay cached in
+        this process for reading), or one sequential pass over each tar's headers.
         `progress(done, total)` is called as shards are indexed; transient storage errors
         are retried as `retry` says.
         """

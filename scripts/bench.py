@@ -445,7 +445,7 @@ def main() -> None:
         for r in rows:
             # records/s against the limit's records/s; against the raw S3 read, MB/s
             limit = by_name.get(r["limit"] or "")
-            key = "mb_per_s" if r["limit"] == "raw s3fs read" else "records_per_s"
+            key = "mb_per_s" if (r["limit"] or "").startswith("raw s3fs") else "records_per_s"
             r["ratio_to_limit"] = r[key] / limit[key] if limit else None
         report(rows, nbytes, args)
     finally:
