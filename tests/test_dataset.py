@@ -226,3 +226,20 @@ def test_under_torchrun_ranks_come_from_the_process_group(tmp_path: Path, worker
     assert len(set(flat)) == len(flat)  # drop_last: exactly once across ranks
     for rank, ids in enumerate(per_rank):
         assert Counter(ids) == Counter(ShardSampler(SIZES, 3, rank, seed=11, drop_last=True))
+
+
+def test_worker_batches_pack_their_tensors_into_one_storage(tmp_path: Path) -> None:
+    url, _ = make_source("local", "parquet", tmp_path)
+    ds = StreamingDataset(url, batch_size=8, seed=3)
+    direct = list(ds)  # num_workers=0: one tensor, one storage per column
+    storages = {direct[0][k].untyped_storage().data_ptr() for k in ("id", "value", "tokens")}
+    assert len(storages) == 3
+    batches = list(DataLoader(ds, batch_size=None, num_workers=2))
+    for b in batches:
+        tensors = [b["id"], b["value"], b["tokens"]]
+        assert len({t.untyped_storage().data_ptr() for t in tensors}) == 1
+        assert b["value"].tolist() == [i / 2 for i in b["id"].tolist()]
+        assert b["tokens"].tolist() == [[i, i + 1, i + 2] for i in b["id"].tolist()]
+        assert b["text"] == [f"record {i}" for i in b["id"].tolist()]
+    ids = sorted(i for b in batches for i in b["id"].tolist())
+    assert ids == sorted(i for b in direct for i in b["id"].tolist()) == list(range(sum(SIZES)))

