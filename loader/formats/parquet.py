@@ -12,10 +12,10 @@ import numpy as np
 import pyarrow as pa
 import pyarrow.parquet as pq
 import torch
-from torch.utils.data import get_worker_info
 from fsspec.implementations.local import LocalFileSystem
 from fsspec.parquet import AlreadyBufferedFile
 from fsspec.utils import merge_offset_ranges
+from torch.utils.data import get_worker_info
 
 from ..batching import column_to_batch
 from ..errors import ShardError
