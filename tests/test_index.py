@@ -172,11 +172,27 @@ def test_footers_longer_than_the_tail_read(tmp_path: Path, monkeypatch: Any) -> 
     write_dataset(LOCAL, str(tmp_path), "parquet")
     want = ShardIndex.build(str(tmp_path))
     monkeypatch.setattr(parquet, "TAIL", 64)  # every footer is longer: a second read each
-    monkeypatch.setattr(parquet, "_FOOTERS", parquet.OrderedDict())
+    monkeypatch.setattr(parquet, "_FOOTERS", parquet.FooterCache(1 << 20))
     got = ShardIndex.build(str(tmp_path))
     assert [s.details for s in got.shards] == [s.details for s in want.shards]
     assert got.schema == want.schema
     assert sorted(record_id(r) for r in StreamingDataset(got)) == list(range(sum(SIZES)))
+
+
+def test_footer_cache_is_bounded_by_bytes(tmp_path: Path) -> None:
+    from loader.formats.parquet import FooterCache
+
+    paths = write_dataset(LOCAL, str(tmp_path), "parquet")
+    meta = pq.read_metadata(paths[0])
+    cache = FooterCache(max_bytes=250)
+    for i in range(5):
+        cache.put((f"u{i}", None), meta, 100)
+    assert len(cache) == 2 and cache.get(("u0", None)) is None  # the oldest went first
+    assert cache.get(("u3", None)) is meta
+    cache.put(("u5", None), meta, 100)  # u3 was used last: u4 goes
+    assert cache.get(("u4", None)) is None and cache.get(("u3", None)) is meta
+    cache.put(("big", None), meta, 1000)  # bigger than the bound: kept alone
+    assert len(cache) == 1 and cache.get(("big", None)) is meta
 
 
 @pytest.mark.parametrize("workers", [0, 2])

@@ -139,30 +139,44 @@ def _fetch_column_chunks(
 
 TAIL = 8 << 10  # indexing reads this much of a shard's end: its footer, mostly whole
 
-# Footers parsed in this process, by (url, version), least recently used first: indexing
-# fills it, so the process that built the index (and DataLoader workers forked from it)
-# does not fetch a footer again; a worker reading several pieces of a shard fetches it once.
-_FOOTERS: OrderedDict[tuple[str, str | None], pq.FileMetaData] = OrderedDict()
-FOOTER_CACHE = 1024  # footers kept
+
+class FooterCache:
+    """Parsed Parquet footers by (url, version), least recently used dropped once their
+    serialized sizes add up to more than `max_bytes` (the parsed form takes a few times
+    that). Thread-safe: reader threads share it."""
+
+    def __init__(self, max_bytes: int) -> None:
+        self.max_bytes = max_bytes
+        self._items: OrderedDict[tuple[str, str | None], tuple[pq.FileMetaData, int]]
+        self._items = OrderedDict()
+        self._bytes = 0
+        self._lock = threading.Lock()
+
+    def get(self, key: tuple[str, str | None]) -> pq.FileMetaData | None:
+        with self._lock:
+            item = self._items.get(key)
+            if item is None:
+                return None
+            self._items.move_to_end(key)
+            return item[0]
+
+    def put(self, key: tuple[str, str | None], meta: pq.FileMetaData, nbytes: int) -> None:
+        with self._lock:
+            old = self._items.pop(key, None)
+            self._bytes += nbytes - (old[1] if old else 0)
+            self._items[key] = (meta, nbytes)
+            while self._bytes > self.max_bytes and len(self._items) > 1:
+                _, (_, n) = self._items.popitem(last=False)
+                self._bytes -= n
+
+    def __len__(self) -> int:
+        return len(self._items)
 
 
-_FOOTERS_LOCK = threading.Lock()  # reader threads share the cache
-
-
-def _cache_footer(key: tuple[str, str | None], meta: pq.FileMetaData) -> None:
-    with _FOOTERS_LOCK:
-        _FOOTERS[key] = meta
-        _FOOTERS.move_to_end(key)
-        while len(_FOOTERS) > FOOTER_CACHE:
-            _FOOTERS.popitem(last=False)
-
-
-def _cached_footer(key: tuple[str, str | None]) -> pq.FileMetaData | None:
-    with _FOOTERS_LOCK:
-        meta = _FOOTERS.get(key)
-        if meta is not None:
-            _FOOTERS.move_to_end(key)
-        return meta
+# Footers parsed in this process: indexing fills it, so the process that built the index
+# (and DataLoader workers forked from it) fetches no footer again; a worker reading
+# several pieces of a shard fetches its footer once.
+_FOOTERS = FooterCache(64 << 20)
 
 
 def packed(arrays: dict[str, np.ndarray]) -> dict[str, torch.Tensor]:
@@ -215,18 +229,18 @@ class ParquetFormat:
         out = []
         for tail, n, e in zip(tails, lengths, entries):
             meta, details = footer_details(tail[len(tail) - n - 8 :], e.url)
-            _cache_footer((e.url, e.version), meta)
+            _FOOTERS.put((e.url, e.version), meta, n + 8)
             out.append(details)
         return out
 
     def _metadata(self, fs: Any, shard: Shard) -> Any:
         key = (shard.url, shard.version)
-        meta = _cached_footer(key)
+        meta = _FOOTERS.get(key)
         if meta is None:
             size, n = shard.bytes, shard.details["footer_bytes"]
             (footer,) = read_ranges(fs, [shard.url], [size - n], [size], self.retry)
             meta = pq.read_metadata(pa.BufferReader(_MAGIC + footer))
-            _cache_footer(key, meta)
+            _FOOTERS.put(key, meta, n)
         return meta
 
     def read(
