@@ -100,3 +100,12 @@ def test_keys_and_extensions_split_as_webdataset_splits_them() -> None:
     for name in ["a/b.c.d", "x.jpg", "dir.v2/x.tar.gz", "noext", "a/.hidden", "a/b.", "./s.cls"]:
         split = _KEY_EXT.match(name)
         assert (split.groups() if split else (None, None)) == base_plus_ext(name)
+
+
+def test_a_header_with_a_signed_checksum_is_accepted_as_tarfile_accepts_it() -> None:
+    data = bytearray(_tar(tarfile.USTAR_FORMAT, [("é.cls", b"1", tarfile.REGTYPE)]))
+    _, signed = tarfile.calc_chksums(bytes(data[:512]))  # old writers summed signed bytes
+    data[148:156] = b"%06o\0 " % signed
+    f = io.BytesIO(bytes(data))
+    assert _walk_headers(f, "x.tar", len(data)) == _tarfile_members(f, "x.tar", len(data))
+    assert _walk_headers(f, "x.tar", len(data))[0] == [("é.cls", 512, 1)]

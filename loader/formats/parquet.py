@@ -37,7 +37,7 @@ def footer_details(footer: bytes, url: str) -> tuple[pq.FileMetaData, dict[str, 
     [offsets[i], offsets[i] + lengths[i]) of the file.
     """
     try:
-        meta = pq.read_metadata(pa.BufferReader(_MAGIC + footer))
+        meta = _parse_footer(footer)
         schema = meta.schema.to_arrow_schema()
     except (pa.ArrowException, OSError) as e:
         raise ShardError(f"{redact(url)}: not a readable Parquet file ({e})") from e
@@ -45,10 +45,7 @@ def footer_details(footer: bytes, url: str) -> tuple[pq.FileMetaData, dict[str, 
     for i in range(meta.num_row_groups):
         rg = meta.row_group(i)
         # a row group's bytes: from its first column chunk's first page to its last's end
-        starts = [
-            c.dictionary_page_offset if c.has_dictionary_page else c.data_page_offset
-            for c in (rg.column(j) for j in range(rg.num_columns))
-        ]
+        starts = [_chunk_start(rg.column(j)) for j in range(rg.num_columns)]
         ends = [s + rg.column(j).total_compressed_size for j, s in enumerate(starts)]
         rows.append(rg.num_rows)
         offsets.append(min(starts, default=0))
@@ -63,6 +60,17 @@ def footer_details(footer: bytes, url: str) -> tuple[pq.FileMetaData, dict[str, 
         },
         "schema": schema_to_b64(schema),
     }
+
+
+def _parse_footer(footer: bytes) -> pq.FileMetaData:
+    """Parquet metadata from a footer (metadata + 4-byte length + magic); pyarrow wants the
+    leading magic too."""
+    return pq.read_metadata(pa.BufferReader(_MAGIC + footer))
+
+
+def _chunk_start(col: Any) -> int:
+    """First byte of a column chunk: its dictionary page, if any, else its first data page."""
+    return int(col.dictionary_page_offset if col.has_dictionary_page else col.data_page_offset)
 
 
 def schema_to_b64(schema: pa.Schema) -> str:
@@ -111,7 +119,7 @@ def _column_ranges(
             col = rg.column(j)
             if wanted is not None and col.path_in_schema.split(".")[0] not in wanted:
                 continue
-            begin = col.dictionary_page_offset if col.has_dictionary_page else col.data_page_offset
+            begin = _chunk_start(col)
             starts.append(begin)
             ends.append(begin + col.total_compressed_size)
     _, starts, ends = merge_offset_ranges([url] * len(starts), starts, ends, max_gap=MAX_GAP)
@@ -239,7 +247,7 @@ class ParquetFormat:
         if meta is None:
             size, n = shard.bytes, shard.details["footer_bytes"]
             (footer,) = read_ranges(fs, [shard.url], [size - n], [size], self.retry)
-            meta = pq.read_metadata(pa.BufferReader(_MAGIC + footer))
+            meta = _parse_footer(footer)
             _FOOTERS.put(key, meta, n)
         return meta
 
@@ -259,7 +267,7 @@ class ParquetFormat:
                 path = fs._strip_protocol(url)
                 with pq.ParquetFile(path, metadata=meta) as pf:
                     table = pf.read_row_groups(groups, columns=cols)
-                starts, ends = _column_ranges(url, meta, groups, cols)  # what it read
+                starts, ends = _column_ranges(url, meta, groups, cols)  # the chunks it reads
                 count_fetched(sum(b - a for a, b in zip(starts, ends)))
                 return table.slice(start - first_row, stop - start)
             parts = _fetch_column_chunks(fs, url, meta, groups, cols, self.retry)

@@ -107,9 +107,9 @@ def _walk_headers(f: Any, url: str, size: int) -> tuple[list[Member], int]:
     writers emit for short ASCII names); raises _NeedsTarfile on any other header.
 
     tarfile costs ~30 us a member (a TarInfo object, its checks); WebDataset shards hold
-    many small members, and this walk reads the same fields in ~2 us: 480,000 members
-    index in ~1 s instead of 15 s. Checksums are verified as tarfile does (unsigned or
-    signed sum), all the headers of a buffer at once.
+    many small members, and this walk reads the same fields in ~3.5 us: 480,000 members
+    index in 2.7 s instead of 15 s. Checksums are verified as tarfile does (unsigned sums
+    of all the headers of a buffer at once, signed sums where those differ).
     """
     found: list[Member] = []
     pos, base, buf = 0, 0, b""
@@ -162,10 +162,9 @@ def _verify(buf: bytes, heads: list[tuple[int, int]], base: int, url: str) -> No
     # the checksum field counts as eight spaces
     unsigned = rows.sum(axis=1, dtype=np.int64) - rows[:, 148:156].sum(axis=1) + 8 * 32
     stored = np.array([c for _, c in heads], dtype=np.int64)
-    for i in np.flatnonzero(unsigned != stored):
-        row = rows[i].astype(np.int64)
-        row[148:156] = 32
-        signed = int(np.where(row > 127, row - 256, row).sum())
+    for i in np.flatnonzero(unsigned != stored):  # rare: old writers summed signed bytes
+        # (tarfile.calc_chksums does this too, but is not public API)
+        signed = unsigned[i] - 256 * int((rows[i] > 127).sum() - (rows[i, 148:156] > 127).sum())
         if signed != stored[i]:
             raise ShardError(
                 f"{redact(url)}: corrupt or truncated tar (bad header checksum at byte "
