@@ -3,24 +3,23 @@
 from __future__ import annotations
 
 from collections.abc import Callable, Iterator, Sequence
-from concurrent.futures import Future, ThreadPoolExecutor
 from typing import Any
 
-import numpy as np
 import torch
 import torch.distributed as dist
 from torch.utils.data import IterableDataset, get_worker_info
 
 from sampler import DEFAULT_WINDOW, ShardSampler, Topology
 from sampler.plan import Plan
-from sampler.resume import Segment, cut_segments
+from sampler.resume import cut_segments
 
 from .batching import regroup
 from .formats import Format, format_for
-from .index import ShardIndex, check_unchanged
+from .index import ShardIndex
+from .pipeline import PlanReader
 from .retry import RetryPolicy
 from .state import Layout, check_state
-from .storage import filesystem, redact
+from .storage import redact
 
 __all__ = ["StreamingDataset"]
 
@@ -236,7 +235,20 @@ class StreamingDataset(IterableDataset[Any]):
         fmt = self._format()
         root = layout.root(layout.base_of(self._resume, self.epoch))
         step = self.batch_size or RECORD_STEP
-        taken = self._taken(cut_segments(segments, start, records), root, fmt, step)
+        reader = PlanReader(
+            self.index,
+            fmt,
+            columns=self.columns,
+            storage_options=self.storage_options,
+            retry=self.retry,
+            read_threads=self.read_threads,
+            prefetch=self.prefetch,
+        )
+        runs = [
+            (self._plan(root, rank, worker), a, b)
+            for rank, worker, a, b in cut_segments(segments, start, records)
+        ]
+        taken = reader.parts(runs, step)
         items = (
             (r for part in taken for r in fmt.records(part))
             if self.batch_size is None
@@ -259,84 +271,3 @@ class StreamingDataset(IterableDataset[Any]):
         )
         sampler.set_epoch(self.epoch)
         return sampler.plan(worker, max(1, root.num_workers), align=root.item)
-
-    def _taken(
-        self, segments: list[Segment], root: Layout, fmt: Format, step: int
-    ) -> Iterator[Any]:
-        """The segments' records in reading order, in parts of at most `step` rows that end
-        at multiples of `step` records from the start (so batches are single parts)."""
-        if not segments:
-            return
-        fs, _ = filesystem(self.index.shards[0].url, self.storage_options)
-        done = 0
-        with ThreadPoolExecutor(max_workers=self.read_threads) as pool:
-            for rank, worker, a, b in segments:
-                plan = self._plan(root, rank, worker)
-                yield from self._read_plan(plan, a, b, fs, fmt, pool, step, done)
-                done += b - a
-
-    def _read_plan(
-        self,
-        plan: Plan,
-        start: int,
-        stop: int,
-        fs: Any,
-        fmt: Format,
-        pool: ThreadPoolExecutor,
-        step: int,
-        done: int,
-    ) -> Iterator[Any]:
-        """Records [start, stop) of the plan, in parts as `_taken` says (`done` records came
-        before). While a block is consumed, the next `prefetch` blocks are already being
-        read by the pool's threads."""
-
-        def read(piece: int) -> Any:
-            shard = self.index.shards[int(plan.shards[piece])]
-            first, end = int(plan.starts[piece]), int(plan.stops[piece])
-            check_unchanged(fs, shard, self.retry)
-            return fmt.read(fs, shard, first, end, self.columns)
-
-        def join(parts: list[Future[Any]]) -> Any:
-            # queued after its parts' reads, so those have started when this runs: no
-            # deadlock however few threads the pool has
-            return fmt.join([f.result() for f in parts])
-
-        blocks = plan.blocks()
-        pending: dict[tuple[int, int], tuple[list[Future[Any]], Future[Any]]] = {}
-
-        def submit_from(i: int) -> None:
-            """Read and join blocks i .. i + prefetch in the pool, those not yet asked for:
-            a block reaches this (consuming) thread ready to gather batches from."""
-            for blk in blocks[i : i + 1 + self.prefetch]:
-                if blk not in pending:
-                    parts = [pool.submit(read, p) for p in range(*blk)]
-                    pending[blk] = (parts, pool.submit(join, parts))
-
-        joined: Any = None
-        block: tuple[int, int] | None = None
-        if start < stop:  # reads start before the first chunk's order is computed
-            submit_from(plan.block_at(start))
-        try:
-            for chunk in plan.chunks(start, stop):
-                if chunk.block != block:
-                    if joined is not None:
-                        fmt.release(joined)
-                        joined = None
-                    block = chunk.block
-                    submit_from(blocks.index(block))
-                    joined = pending.pop(block)[1].result()
-                    # (k+1,) where each piece of the block starts in `joined`
-                    offsets = np.concatenate(([0], np.cumsum(plan.sizes[block[0] : block[1]])))
-                local = offsets[chunk.pieces - block[0]] + chunk.rows - plan.starts[chunk.pieces]
-                lo = 0
-                while lo < local.size:
-                    hi = min(local.size, lo + step - done % step)
-                    yield fmt.take(joined, local[lo:hi])
-                    done += hi - lo
-                    lo = hi
-        finally:
-            if joined is not None:
-                fmt.release(joined)
-            for parts, joining in pending.values():  # stopped early: drop the prefetched
-                for f in [joining, *parts]:
-                    f.cancel()
