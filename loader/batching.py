@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import warnings
-from collections.abc import Iterator
+from collections.abc import Iterator, Mapping
 from typing import Any
 
 import numpy as np
@@ -58,23 +58,34 @@ def _rows(columns: dict[str, Any]) -> int:
     return len(next(iter(columns.values()))) if columns else 0
 
 
-def _concat(parts: list[Any]) -> Any:
-    """Column parts end to end: one tensor where they agree in dtype and row shape."""
+def _concat(parts: list[Any], pad: Any = None) -> Any:
+    """Column parts end to end: tensors into one tensor (rows of 2-D parts padded to the
+    longest with `pad`, when given), lists into one list. A tensor column never becomes a
+    list: parts that cannot join are a ValueError."""
     if len(parts) == 1:
         return parts[0]
-    if all(isinstance(p, torch.Tensor) for p in parts):
-        first = parts[0]
-        if all(p.dtype == first.dtype and p.shape[1:] == first.shape[1:] for p in parts):
-            return torch.cat(parts)
-    return [x for p in parts for x in (p.tolist() if isinstance(p, torch.Tensor) else p)]
+    if not any(isinstance(p, torch.Tensor) for p in parts):
+        return [x for p in parts for x in p]
+    if not all(isinstance(p, torch.Tensor) for p in parts):
+        raise ValueError("a batch column joins tensors and lists; its kind must not change")
+    if pad is not None and len({p.shape[1:] for p in parts}) > 1 and parts[0].dim() == 2:
+        width = max(p.shape[1] for p in parts)
+        parts = [torch.nn.functional.pad(p, (0, width - p.shape[1]), value=pad) for p in parts]
+    shapes = {p.shape[1:] for p in parts}
+    if len(shapes) > 1:
+        raise ValueError(f"a batch column joins tensors of row shapes {sorted(shapes)}")
+    return torch.cat(parts)
 
 
-def regroup(columns: Iterator[dict[str, Any]], size: int) -> Iterator[dict[str, Any]]:
+def regroup(
+    columns: Iterator[dict[str, Any]], size: int, pads: Mapping[str, Any] | None = None
+) -> Iterator[dict[str, Any]]:
     """Batches of exactly `size` rows (the last may be short) from chunks of columns.
 
     Each chunk is converted once (tensors from Arrow's buffers); a batch inside one chunk
     is a slice of it, a view without copies; one across chunks is concatenated.
     """
+    pads = pads or {}
     pending: list[dict[str, Any]] = []
     have = 0
     for chunk in columns:
@@ -84,7 +95,7 @@ def regroup(columns: Iterator[dict[str, Any]], size: int) -> Iterator[dict[str, 
             part = {k: v[lo : lo + take] for k, v in chunk.items()}
             if pending:
                 parts = [*pending, part]
-                yield {k: _concat([p[k] for p in parts]) for k in chunk}
+                yield {k: _concat([p[k] for p in parts], pads.get(k)) for k in chunk}
                 pending, have = [], 0
             else:
                 yield part
@@ -94,4 +105,4 @@ def regroup(columns: Iterator[dict[str, Any]], size: int) -> Iterator[dict[str, 
             have += n - lo
     if pending:
         keys = pending[0].keys()
-        yield {k: _concat([p[k] for p in pending]) for k in keys}
+        yield {k: _concat([p[k] for p in pending], pads.get(k)) for k in keys}

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from collections.abc import Callable, Iterator, Sequence
+from collections.abc import Callable, Iterator, Mapping, Sequence
 from typing import Any
 
 import torch
@@ -16,10 +16,10 @@ from sampler.resume import cut_segments
 from .batching import regroup
 from .formats import Format, format_for
 from .index import ShardIndex
+from .kinds import kinds_of
 from .pipeline import PlanReader
 from .retry import RetryPolicy
 from .state import Layout, check_state
-from .storage import redact
 
 __all__ = ["StreamingDataset"]
 
@@ -71,7 +71,11 @@ class StreamingDataset(IterableDataset[Any]):
     webdataset's basic decoders or a callable on the sample). With `batch_size` B it yields
     batches instead (use ``DataLoader(ds, batch_size=None)``): numeric and fixed-length
     list columns as tensors, others as lists; only the rank's last batch may be short.
-    `columns` selects Parquet columns or tar extensions.
+    A column's kind is decided once, from the schema (loader.kinds): nulls in float
+    columns become NaN, in integer columns an error unless `fill_nulls` gives a value
+    (``{"label": -1}``); plain list columns whose rows differ in length are an error unless
+    `pad` gives a pad value (``{"tokens": 0}``: rows padded to each batch's longest).
+    `columns` selects Parquet columns (Hive partition keys included) or tar extensions.
 
     Reading: a block of `window` pieces (shard row ranges) is read and decoded by
     `read_threads` threads and joined there (Parquet: numeric columns copied into one
@@ -105,6 +109,8 @@ class StreamingDataset(IterableDataset[Any]):
         read_threads: int = 8,
         prefetch: int = 1,
         retry: RetryPolicy | None = None,
+        fill_nulls: Mapping[str, Any] | None = None,
+        pad: Mapping[str, Any] | None = None,
     ) -> None:
         super().__init__()
         self.batch_size = _check_positive("batch_size", batch_size)
@@ -117,7 +123,16 @@ class StreamingDataset(IterableDataset[Any]):
         self.retry = retry or RetryPolicy()
         self.index = _shared_index(source, self.storage_options, self.retry)
         self.columns = None if columns is None else list(columns)
-        self._check_columns()
+        # Parquet: the asked columns as every shard gives them (errors name the shard)
+        self.schema = (
+            None if self.index.format == "tar" else self.index.columns_schema(self.columns)
+        )
+        self.pad = dict(pad or {})
+        self.kinds = (
+            kinds_of(self.schema, fill_nulls, pad)
+            if self.schema is not None and self.batch_size is not None
+            else None
+        )
         self.sampler = ShardSampler(
             self.index, topo.world_size, topo.rank, shuffle, seed, drop_last, window
         )
@@ -125,17 +140,6 @@ class StreamingDataset(IterableDataset[Any]):
         self._epoch = torch.zeros((), dtype=torch.int64).share_memory_()  # type: ignore[no-untyped-call]
         self._position = 0  # items yielded in this epoch by this object, in this process
         self._resume: dict[str, Any] | None = None  # the loaded state, until another epoch
-
-    def _check_columns(self) -> None:
-        schema = self.index.schema
-        if self.columns is None or schema is None:
-            return
-        missing = [c for c in self.columns if c not in schema.names]
-        if missing:
-            where = redact(self.index.shards[0].url)
-            raise ValueError(
-                f"columns {missing} are not in the shards (e.g. {where}); available: {schema.names}"
-            )
 
     @property
     def epoch(self) -> int:
@@ -216,7 +220,13 @@ class StreamingDataset(IterableDataset[Any]):
     def _format(self) -> Format:
         name = self.index.format or "parquet"
         if name != "tar":
-            return format_for(name, retry=self.retry)
+            return format_for(
+                name,
+                retry=self.retry,
+                schema=self.schema,
+                partitioning=self.index.partitioning,
+                kinds=self.kinds,
+            )
         decode = self.decode or None
         if decode is True:
             from webdataset.autodecode import Decoder, basichandlers
@@ -252,7 +262,7 @@ class StreamingDataset(IterableDataset[Any]):
         items = (
             (r for part in taken for r in fmt.records(part))
             if self.batch_size is None
-            else regroup((fmt.batch(part) for part in taken), self.batch_size)
+            else regroup((fmt.batch(part) for part in taken), self.batch_size, self.pad)
         )
         for item in items:
             self._position += 1

@@ -4,26 +4,29 @@ from __future__ import annotations
 
 import json
 import logging
+import os
 from collections.abc import Callable, Sequence
-from dataclasses import asdict, dataclass
+from dataclasses import asdict, dataclass, field
 from typing import Any
 
 import numpy as np
 import numpy.typing as npt
 import pyarrow as pa
 
-from .errors import ShardError, StaleIndexError
+from .errors import StaleIndexError
 from .formats import format_for, format_of_url, known_suffixes
 from .formats.parquet import schema_from_b64, schema_to_b64
+from .partitions import hive_values, is_hidden, partition_schema
 from .retry import RetryPolicy, retrying
+from .schemas import select_schema, unify_schemas
 from .shard import Shard
 from .storage import (
     FileEntry,
-    entry_of,
     file_entry,
     filesystem,
     list_files,
     redact,
+    stale_reason,
     strip_credentials,
 )
 
@@ -31,25 +34,53 @@ __all__ = ["FORMAT_VERSION", "Shard", "ShardIndex"]
 
 log = logging.getLogger(__name__)
 
-FORMAT_VERSION = 1
+FORMAT_VERSION = 2
 INDEX_SUFFIXES = (".index.json", ".json")
 SCAN_BATCH = 256  # shards whose footers or headers are read in one concurrent batch
+# files a dataset folder may hold beside its shards without a warning: saved indexes,
+# tar index sidecars
+_COMPANIONS = (".json", ".idx")
+_EXAMPLES = 5
 
 
 def _discover(
     source: str | Sequence[str], storage_options: dict[str, Any] | None
 ) -> list[FileEntry]:
-    """The shard files of a directory, prefix, glob or list, in a fixed order."""
+    """The shard files of a directory, prefix, glob or list, in a fixed order.
+
+    Below a listed directory, files and folders whose names start with ``_`` or ``.`` are
+    not data (Spark's ``_SUCCESS`` and ``_temporary/``, ``.crc`` files), as in
+    pyarrow.dataset. Any other file without a shard suffix is skipped with a WARNING that
+    names how many and a few of them. URLs of a list are taken as they are.
+    """
     if isinstance(source, str):
         found = list_files(source, storage_options)
-        entries = [e for e in found if format_of_url(e.url)]
+        listed = [e for e in found if not is_hidden(e.relpath)]
+        entries = [e for e in listed if format_of_url(e.url)]
         if not entries:
             raise FileNotFoundError(
                 f"{redact(source)}: no shards found ({len(found)} files, none ending in "
-                f"{known_suffixes()})"
+                f"{known_suffixes()} outside folders and files starting with _ or .)"
             )
-        if len(found) > len(entries):
-            log.info("%s: ignoring %d non-shard files", redact(source), len(found) - len(entries))
+        skipped = [
+            e.relpath or e.url
+            for e in listed
+            if not format_of_url(e.url) and not e.url.lower().endswith(_COMPANIONS)
+        ]
+        if skipped:
+            log.warning(
+                "%s: skipped %d file(s) that are not shards (shard suffixes: %s), e.g. %s",
+                redact(source),
+                len(skipped),
+                known_suffixes(),
+                ", ".join(skipped[:_EXAMPLES]),
+            )
+        if len(found) > len(listed):
+            log.info(
+                "%s: %d file(s) under names starting with _ or . are not data",
+                redact(source),
+                len(found) - len(listed),
+            )
         return entries
     urls = list(source)
     if not urls:
@@ -67,11 +98,16 @@ class ShardIndex:
     """The shards of a dataset, in a fixed order, with everything planning and reading need.
 
     A dataset has one format: mixing Parquet and tar shards raises ValueError, since their
-    records have different shapes. Saved as JSON (never pickle) with a format version.
+    records have different shapes (``.tar``, ``.tar.gz`` and ``.tgz`` are one format).
+    Parquet shards may differ in schema (see loader.schemas): `schemas` holds each distinct
+    one and a shard's ``details["schema"]`` its number; `partitioning` the Hive partition
+    fields, whose values each shard's ``details["partitions"]`` holds. Saved as JSON
+    (never pickle) with a format version.
     """
 
     shards: list[Shard]
-    schema: pa.Schema | None = None  # Parquet: the schema every shard shares
+    schemas: list[pa.Schema] = field(default_factory=list)  # Parquet: distinct file schemas
+    partitioning: pa.Schema | None = None  # Hive partition fields, when the tree has them
 
     @property
     def shard_sizes(self) -> npt.NDArray[np.int64]:
@@ -84,6 +120,31 @@ class ShardIndex:
     @property
     def format(self) -> str | None:
         return self.shards[0].format if self.shards else None
+
+    @property
+    def schema(self) -> pa.Schema | None:
+        """Parquet: every column of any shard (loader.schemas.unify_schemas), then the
+        partition fields; None for tar."""
+        if not self.schemas:
+            return None
+        schema = unify_schemas(self.schemas)
+        for f in self.partitioning or []:
+            schema = schema.append(f)
+        return schema
+
+    def columns_schema(self, columns: Sequence[str] | None) -> pa.Schema:
+        """The schema of the asked columns (all when None) that every shard can give:
+        ValueError for an unknown column, ShardError naming the shard, the column and both
+        types where a shard lacks it or holds another type (loader.schemas)."""
+        parts = self.partitioning or pa.schema([])
+        asked = None if columns is None else [c for c in columns if c not in parts.names]
+        examples = [""] * len(self.schemas)
+        for s in reversed(self.shards):
+            examples[s.details.get("schema", 0)] = s.url
+        files = select_schema(self.schemas, examples, asked)
+        wanted = files.names + parts.names if columns is None else list(columns)
+        by_name = {f.name: f for f in [*files, *parts]}
+        return pa.schema([by_name[n] for n in wanted])
 
     def __len__(self) -> int:
         return len(self.shards)
@@ -100,9 +161,10 @@ class ShardIndex:
 
         Reads only what indexing needs: the last 8 KiB of each Parquet shard, batched over
         shards (a second read where a footer is longer; the parsed footers stay cached in
-        this process for reading), or one sequential pass over each tar's headers.
-        `progress(done, total)` is called as shards are indexed; transient storage errors
-        are retried as `retry` says.
+        this process for reading), or one sequential pass over each tar's headers
+        (decompressing a ``.tar.gz``). Below a directory, ``key=value`` folders of Parquet
+        shards become partition columns (loader.partitions). `progress(done, total)` is
+        called as shards are indexed; transient storage errors are retried as `retry` says.
         """
         retry = retry or RetryPolicy()
         where = source if isinstance(source, str) else "the listed shards"
@@ -123,18 +185,30 @@ class ShardIndex:
             scanned += fmt.scan(fs, entries[i : i + SCAN_BATCH])
             if progress is not None:
                 progress(len(scanned), len(entries))
+        schemas: list[pa.Schema] = []
+        partitioning = None
+        if name == "parquet":
+            schemas = _number_schemas(scanned)
+            values = [hive_values(e.relpath or fs._strip_protocol(e.url)) for e in entries]
+            inside = set(unify_schemas(schemas).names)
+            # a key the files hold as a column too (polars writes both): the file's column
+            # wins, as polars' own hive reader does
+            keys = [f for f in partition_schema(values) if f.name not in inside]
+            if keys:
+                partitioning = pa.schema(keys)
+                for s, v in zip(scanned, values):
+                    s["details"]["partitions"] = {k: v[k] for k in partitioning.names if k in v}
         shards = [
             Shard(e.url, name, int(s["num_records"]), e.size, e.version, s["details"])
             for e, s in zip(entries, scanned)
         ]
-        schema = _common_schema(entries, scanned) if name == "parquet" else None
         log.info(
             "indexed %d %s shards, %d records",
             len(shards),
             name,
             sum(s.num_records for s in shards),
         )
-        return cls(shards, schema)
+        return cls(shards, schemas, partitioning)
 
     def bytes_for(self, shard: int, start: int, stop: int) -> int:
         """Bytes a reader fetches for rows [start, stop) of shard number `shard`."""
@@ -152,7 +226,8 @@ class ShardIndex:
             log.warning("credentials embedded in shard URLs were left out of the saved index")
         return {
             "format_version": FORMAT_VERSION,
-            "schema": None if self.schema is None else schema_to_b64(self.schema),
+            "schemas": [schema_to_b64(s) for s in self.schemas],
+            "partitioning": None if self.partitioning is None else schema_to_b64(self.partitioning),
             "shards": shards,
         }
 
@@ -164,14 +239,21 @@ class ShardIndex:
                 f"{redact(where)}: index format version {version!r}, this shardstream reads "
                 f"version {FORMAT_VERSION}; rebuild the index with ShardIndex.build"
             )
-        schema = schema_from_b64(doc["schema"]) if doc.get("schema") else None
-        return cls([Shard(**s) for s in doc["shards"]], schema)
+        schemas = [schema_from_b64(s) for s in doc.get("schemas", [])]
+        parts = doc.get("partitioning")
+        partitioning = schema_from_b64(parts) if parts else None
+        return cls([Shard(**s) for s in doc["shards"]], schemas, partitioning)
 
     def save(self, url: str, storage_options: dict[str, Any] | None = None) -> None:
-        """Write the index as JSON to a local path or URL. It holds no credentials."""
+        """Write the index as JSON to a local path or URL. It holds no credentials, and
+        relative local shard paths are saved absolute (the index may be loaded elsewhere)."""
         fs, path = filesystem(url, storage_options)
+        doc = self.to_json()
+        for shard in doc["shards"]:
+            if "://" not in shard["url"] and not os.path.isabs(shard["url"]):
+                shard["url"] = os.path.abspath(shard["url"])
         with fs.open(path, "w") as f:
-            json.dump(self.to_json(), f)
+            json.dump(doc, f)
 
     @classmethod
     def load(cls, url: str, storage_options: dict[str, Any] | None = None) -> ShardIndex:
@@ -194,7 +276,7 @@ class ShardIndex:
                 now: FileEntry | None = file_entry(shard.url, storage_options)
             except FileNotFoundError:
                 now = None
-            reason = stale_reason(shard, now)
+            reason = stale_reason(shard.url, shard.bytes, shard.version, now)
             if reason:
                 stale.append(reason)
         if stale:
@@ -225,61 +307,10 @@ class ShardIndex:
         )
 
 
-def stale_reason(shard: Shard, now: FileEntry | None) -> str | None:
-    """Why `shard` no longer matches the file found now (None when it still does)."""
-    if now is not None and now.size == shard.bytes and now.version == shard.version:
-        return None
-    found = "missing" if now is None else f"{now.size} bytes, version {now.version}"
-    return (
-        f"{redact(shard.url)} (indexed {shard.bytes} bytes, version {shard.version}; now {found})"
-    )
-
-
-_CHECKED: set[tuple[str, str | None]] = set()  # shards this process found unchanged
-
-
-def check_unchanged(fs: Any, shard: Shard, retry: RetryPolicy | None = None) -> None:
-    """Before a process first reads a shard: StaleIndexError if it changed since indexing
-    (one stat or HEAD per shard and process)."""
-    key = (shard.url, shard.version)
-    if key in _CHECKED:
-        return
-    path = fs._strip_protocol(shard.url)
-    try:
-        info = retrying(shard.url, retry or RetryPolicy(), lambda: fs.info(path))
-        now: FileEntry | None = entry_of(fs, info)
-    except FileNotFoundError:
-        now = None
-    reason = stale_reason(shard, now)
-    if reason:
-        raise StaleIndexError(f"{reason}: the shard changed since the index was built; rebuild it")
-    _CHECKED.add(key)
-
-
-def _common_schema(
-    entries: Sequence[FileEntry], scanned: Sequence[dict[str, Any]]
-) -> pa.Schema | None:
-    """The schema every Parquet shard shares; ValueError naming the first that differs."""
-    if not scanned:
-        return None
-    first = schema_from_b64(scanned[0]["schema"])
-    for entry, s in zip(entries[1:], scanned[1:]):
-        if s["schema"] == scanned[0]["schema"]:
-            continue
-        other = schema_from_b64(s["schema"])
-        if not other.equals(first, check_metadata=False):
-            raise ShardError(
-                f"{redact(entry.url)}: schema differs from {redact(entries[0].url)}'s: "
-                f"{_schema_diff(first, other)}; all shards of a dataset must share one schema"
-            )
-    return first
-
-
-def _schema_diff(a: pa.Schema, b: pa.Schema) -> str:
-    fa, fb = {f.name: str(f.type) for f in a}, {f.name: str(f.type) for f in b}
-    parts = [
-        f"{n}: {fa.get(n, 'absent')} vs {fb.get(n, 'absent')}"
-        for n in sorted(fa.keys() | fb.keys())
-        if fa.get(n) != fb.get(n)
-    ]
-    return ", ".join(parts) or "field order or nullability"
+def _number_schemas(scanned: Sequence[dict[str, Any]]) -> list[pa.Schema]:
+    """The distinct schemas of the scanned Parquet shards, in first-seen order; each
+    shard's details get its schema's number."""
+    numbers: dict[str, int] = {}
+    for s in scanned:
+        s["details"]["schema"] = numbers.setdefault(s.pop("schema"), len(numbers))
+    return [schema_from_b64(text) for text in numbers]

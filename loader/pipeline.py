@@ -22,7 +22,7 @@ import numpy as np
 from sampler.plan import Plan
 
 from .formats import Format
-from .index import ShardIndex, check_unchanged
+from .index import ShardIndex
 from .retry import RetryPolicy
 from .storage import filesystem
 
@@ -89,7 +89,6 @@ class PlanReader:
         def read(piece: int) -> Any:
             shard = self.index.shards[int(plan.shards[piece])]
             first, end = int(plan.starts[piece]), int(plan.stops[piece])
-            check_unchanged(fs, shard, self.retry)
             return fmt.read(fs, shard, first, end, self.columns)
 
         def join(parts: list[Future[Any]]) -> Any:

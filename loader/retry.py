@@ -16,8 +16,8 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import Any, TypeVar
 
-from .errors import ShardError
-from .storage import denied, redact
+from .errors import ShardError, StaleIndexError
+from .storage import Indexed, cat_ranges, denied, redact
 
 __all__ = [
     "RetryPolicy",
@@ -145,11 +145,14 @@ def read_ranges(
     starts: Sequence[int],
     ends: Sequence[int],
     policy: RetryPolicy,
+    indexed: Sequence[Indexed] | None = None,
 ) -> list[bytes]:
     """Bytes [starts[i], ends[i]) of urls[i], concurrently where the filesystem can
-    (fsspec's cat_ranges), each range resumed from the last byte that arrived when a
+    (loader.storage.cat_ranges), each range resumed from the last byte that arrived when a
     request fails or comes back short. Raises ShardError naming the URL after
-    `policy.max_attempts` failed tries of a block, FileNotFoundError / PermissionError at once."""
+    `policy.max_attempts` failed tries of a block, FileNotFoundError / PermissionError at once.
+    With `indexed` (each file's size and version in the index), a file that is no longer
+    that version raises StaleIndexError instead of giving its new bytes."""
     # blocks: (range index, start, end) still to fetch; parts[i] collects range i's bytes
     todo = [
         (i, b, min(b + BLOCK, e))
@@ -159,9 +162,12 @@ def read_ranges(
     parts: list[dict[int, bytes]] = [{} for _ in urls]
     failures: dict[tuple[int, int], int] = {}
     while todo:
-        paths = [fs._strip_protocol(urls[i]) for i, _, _ in todo]
-        got = fs.cat_ranges(
-            paths, [b for _, b, _ in todo], [e for _, _, e in todo], on_error="return"
+        got = cat_ranges(
+            fs,
+            [urls[i] for i, _, _ in todo],
+            [b for _, b, _ in todo],
+            [e for _, _, e in todo],
+            None if indexed is None else [indexed[i] for i, _, _ in todo],
         )
         retry = []
         count_fetched(sum(len(d) for d in got if isinstance(d, bytes)))
@@ -195,6 +201,8 @@ def _check(
     """Count a failed try of `block` (range index, first byte); raise when the error is
     permanent or the block is out of attempts."""
     b = block[1]
+    if isinstance(error, StaleIndexError):
+        raise error
     if isinstance(error, FileNotFoundError):
         raise FileNotFoundError(f"{redact(url)}: shard not found") from error
     if isinstance(error, PermissionError):

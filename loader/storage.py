@@ -7,15 +7,24 @@ fsspec's instance cache is per process, so each DataLoader worker gets its own.
 
 from __future__ import annotations
 
+import asyncio
+import os
 import re
+from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any
 
 import fsspec
+from fsspec.asyn import sync
 from fsspec.core import url_to_fs
+from fsspec.implementations.local import LocalFileSystem
+
+from .errors import StaleIndexError
 
 __all__ = [
     "FileEntry",
+    "cat_ranges",
+    "check_version",
     "denied",
     "filesystem",
     "list_files",
@@ -61,50 +70,221 @@ def filesystem(url: str, storage_options: dict[str, Any] | None = None) -> tuple
 
 @dataclass(frozen=True)
 class FileEntry:
-    """A file found by listing: full URL, size in bytes, version (etag or mtime)."""
+    """A file found by listing: its URL as the user's source names it (``data/a.tar`` for
+    a source ``data/``, as webdataset gives ``__url__``), size in bytes, version (ETag or
+    modification time), and its path below the listed directory (for Hive partitions and
+    the rule that names starting with ``_`` or ``.`` are not data)."""
 
     url: str
     size: int
     version: str | None
+    relpath: str = ""
 
 
-def version_of(info: dict[str, Any]) -> str | None:
-    """What changes when the file's content changes: S3's ETag, else the mtime."""
+def _local_version(st: os.stat_result) -> str:
+    return f"{st.st_mtime_ns}:{st.st_ino}"
+
+
+def version_of(fs: Any, info: dict[str, Any]) -> str | None:
+    """What changes when the file's content changes: S3's ETag; for local files the
+    modification time in nanoseconds and the inode (a rewrite in place or a replacement by
+    rename; the filesystem's timestamp granularity bounds what is seen); else whatever
+    modification time the filesystem reports."""
+    if isinstance(fs, LocalFileSystem):
+        return _local_version(os.stat(info["name"]))
     for key in ("ETag", "etag", "mtime", "LastModified", "last_modified", "created"):
         if info.get(key) is not None:
             return str(info[key]).strip('"')
     return None
 
 
-def entry_of(fs: Any, info: dict[str, Any]) -> FileEntry:
-    """The FileEntry of an fsspec info dict."""
-    return FileEntry(fs.unstrip_protocol(info["name"]), int(info["size"]), version_of(info))
+def entry_of(fs: Any, info: dict[str, Any], url: str | None = None) -> FileEntry:
+    """The FileEntry of an fsspec info dict; `url` names the file as the user gave it
+    (default: the filesystem's full URL)."""
+    name = url if url is not None else fs.unstrip_protocol(info["name"])
+    return FileEntry(name, int(info["size"]), version_of(fs, info))
+
+
+def stale_reason(url: str, size: int, version: str | None, now: FileEntry | None) -> str | None:
+    """Why the file indexed as (size, version) no longer matches `now` (None if it does)."""
+    if now is not None and now.size == size and now.version == version:
+        return None
+    found = "missing" if now is None else f"{now.size} bytes, version {now.version}"
+    return f"{redact(url)} (indexed {size} bytes, version {version}; now {found})"
+
+
+def check_version(fs: Any, url: str, size: int, version: str | None) -> None:
+    """StaleIndexError naming the file when it is no longer the (size, version) that was
+    indexed. Called after a read: a file replaced before or during the read is caught, so
+    bytes of the new file are never decoded with the old index. One stat locally; one
+    metadata request on filesystems other than S3 (whose reads check the ETag themselves,
+    see `cat_ranges`)."""
+    path = fs._strip_protocol(url)
+    now: FileEntry | None
+    try:
+        if isinstance(fs, LocalFileSystem):
+            st = os.stat(path)
+            now = FileEntry(url, st.st_size, _local_version(st))
+        else:
+            now = entry_of(fs, fs.info(path), url)
+    except FileNotFoundError:
+        now = None
+    reason = stale_reason(url, size, version, now)
+    if reason:
+        raise StaleIndexError(f"{reason}: the shard changed since the index was built; rebuild it")
+
+
+def _is_s3(fs: Any) -> bool:
+    protocols = fs.protocol if isinstance(fs.protocol, tuple | list) else (fs.protocol,)
+    return bool({"s3", "s3a"} & set(protocols))
+
+
+Indexed = tuple[int, str | None]  # (size, version) of a file as the index recorded it
+
+
+def cat_ranges(
+    fs: Any,
+    urls: Sequence[str],
+    starts: Sequence[int],
+    ends: Sequence[int],
+    indexed: Sequence[Indexed] | None = None,
+) -> list[bytes | BaseException]:
+    """Bytes [starts[i], ends[i]) of urls[i] (or the exception that fetch raised), read
+    concurrently where the filesystem can.
+
+    With `indexed` (each file's size and version as the index recorded them), every read
+    is of that version: on S3 each ranged GET carries ``If-Match: <indexed ETag>`` (no
+    extra request) and a 412 answer becomes StaleIndexError; elsewhere each file's size and
+    version are checked after the read (`check_version`: one stat locally).
+    """
+    paths = [fs._strip_protocol(u) for u in urls]
+    if indexed is not None and _is_s3(fs):
+        etags = [v for _, v in indexed]
+        return list(sync(fs.loop, _s3_ranges, fs, urls, paths, starts, ends, etags))
+    got: list[bytes | BaseException] = fs.cat_ranges(
+        paths, list(starts), list(ends), on_error="return"
+    )
+    if indexed is not None:
+        stale: dict[str, BaseException | None] = {}
+        for i, url in enumerate(urls):
+            if url not in stale:
+                try:
+                    check_version(fs, url, *indexed[i])
+                    stale[url] = None
+                except StaleIndexError as e:
+                    stale[url] = e
+            error = stale[url]
+            if error is not None:
+                got[i] = error
+    return got
+
+
+S3_CONCURRENCY = 64  # ranged GETs in flight at once (fsspec's cat_ranges batches 128)
+
+
+async def _s3_ranges(
+    fs: Any,
+    urls: Sequence[str],
+    paths: Sequence[str],
+    starts: Sequence[int],
+    ends: Sequence[int],
+    etags: Sequence[str | None],
+) -> list[bytes | BaseException]:
+    """Ranged GETs with If-Match, through s3fs's ``_call_s3`` (its session, endpoint,
+    credentials, error translation). fsspec's ``cat_ranges`` takes no per-range headers,
+    hence this. A store that cannot evaluate If-Match (s3fs's ``local_expiry_check``) gets
+    the ETag compared on the answer instead, as s3fs itself does."""
+    gate = asyncio.Semaphore(S3_CONCURRENCY)
+    local_check = bool(getattr(fs, "local_expiry_check", False))
+
+    async def one(i: int) -> bytes:
+        if ends[i] <= starts[i]:
+            return b""
+        bucket, key, version_id = fs.split_path(paths[i])
+        kw: dict[str, Any] = {"Range": f"bytes={starts[i]}-{ends[i] - 1}"}
+        if version_id:
+            kw["VersionId"] = version_id
+        if etags[i] and not local_check:
+            kw["IfMatch"] = f'"{etags[i]}"'
+        async with gate:
+            try:
+                resp = await fs._call_s3("get_object", Bucket=bucket, Key=key, **kw)
+            except OSError as e:
+                if _precondition_failed(e):
+                    raise _stale_etag(urls[i], etags[i]) from e
+                raise
+            try:
+                if local_check and etags[i] and resp.get("ETag", "").strip('"') != etags[i]:
+                    raise _stale_etag(urls[i], etags[i])
+                data: bytes = await resp["Body"].read()
+                return data
+            finally:
+                resp["Body"].close()
+
+    return list(await asyncio.gather(*(one(i) for i in range(len(paths))), return_exceptions=True))
+
+
+def _precondition_failed(e: BaseException) -> bool:
+    """s3fs turns a 412 into OSError(EINVAL) caused by botocore's ClientError."""
+    cause = e.__cause__ or e.__context__
+    response = getattr(cause, "response", None)
+    if not isinstance(response, dict):
+        return False
+    code = response.get("Error", {}).get("Code")
+    status = response.get("ResponseMetadata", {}).get("HTTPStatusCode")
+    return bool(code == "PreconditionFailed" or status == 412)
+
+
+def _stale_etag(url: str, etag: str | None) -> StaleIndexError:
+    return StaleIndexError(
+        f"{redact(url)}: the shard changed since the index was built (its ETag is no "
+        f"longer {etag}); rebuild the index"
+    )
+
+
+def _root(path: str) -> str:
+    """The directory a glob's matches lie under (the part before its first magic char)."""
+    magic = min((i for i, c in enumerate(path) if c in "*?["), default=len(path))
+    return path[:magic].rsplit("/", 1)[0] if "/" in path[:magic] else ""
 
 
 def list_files(url: str, storage_options: dict[str, Any] | None = None) -> list[FileEntry]:
     """Files under a directory or prefix (recursively), matching a glob, or the file itself,
-    sorted by URL. Raises FileNotFoundError naming the URL when nothing is there."""
+    sorted by path. URLs are as the source names them: the source, then the path below
+    it. Raises FileNotFoundError naming the URL when nothing is there."""
     fs, path = filesystem(url, storage_options)
+    fs.invalidate_cache(path)  # s3fs keeps listings: a new index must see the bucket now
     try:
         if fsspec.core.has_magic(path):
-            infos = fs.glob(path, detail=True).values()
+            infos = list(fs.glob(path, detail=True).values())
+            root, given = _root(path), _root(url)
         elif fs.isdir(path):
-            infos = fs.find(path, detail=True).values()
+            infos = list(fs.find(path, detail=True).values())
+            root, given = path.rstrip("/"), url.rstrip("/")
         else:
-            infos = [fs.info(path)]
+            return [file_entry(url, storage_options)]
     except FileNotFoundError:
         raise FileNotFoundError(f"{redact(url)}: no such file, directory or prefix") from None
     except PermissionError as e:
         raise denied(url, e) from None
-    entries = [entry_of(fs, i) for i in infos if i.get("type", "file") == "file"]
-    return sorted(entries, key=lambda e: e.url)
+    entries = []
+    for info in infos:
+        if info.get("type", "file") != "file":
+            continue
+        name = fs._strip_protocol(info["name"])
+        rel = name[len(root) :].lstrip("/") if name.startswith(root) else name
+        shown = f"{given}/{rel}" if given else rel
+        entries.append(FileEntry(shown, int(info["size"]), version_of(fs, info), rel))
+    return sorted(entries, key=lambda e: e.relpath)
 
 
 def file_entry(url: str, storage_options: dict[str, Any] | None = None) -> FileEntry:
-    """Size and version of one file; FileNotFoundError naming it when missing."""
+    """Size and version of one file named by the user (its URL as given, no relpath);
+    FileNotFoundError naming it when missing."""
     fs, path = filesystem(url, storage_options)
+    fs.invalidate_cache(path)
     try:
-        return entry_of(fs, fs.info(path))
+        return entry_of(fs, fs.info(path), url)
     except FileNotFoundError:
         raise FileNotFoundError(f"{redact(url)}: shard not found") from None
     except PermissionError as e:

@@ -80,7 +80,8 @@ def make_dataset(root: Path, shards: int = 16, per_shard: int = 1000) -> str:
 
 def launch(args: argparse.Namespace) -> int:
     """Not under torchrun: prepare the data, then run this script under torchrun."""
-    data = args.data or make_dataset(WORK / "data")
+    # generated beside the checkpoint: runs with their own checkpoint never share shards
+    data = args.data or make_dataset(Path(args.checkpoint).parent / "data")
     print(f"data: {data}; launching {args.nproc} ranks with torchrun", flush=True)
     argv = [a for a in sys.argv[1:]]
     if not args.data:

@@ -49,9 +49,9 @@ PLAIN = [
 def test_walk_matches_tarfile(fmt: int, members: list) -> None:
     data = _tar(fmt, members)
     f = io.BytesIO(data)
-    assert _walk_headers(f, "x.tar", len(data)) == _tarfile_members(f, "x.tar", len(data))
-    found, _ = _walk_headers(f, "x.tar", len(data))
-    assert [n for n, _, _ in found][-1] == members[-1][0]
+    assert _walk_headers(f, "x.tar")[:2] == _tarfile_members(f, "x.tar", None)[:2]
+    found, _, _ = _walk_headers(f, "x.tar")
+    assert [m[0] for m in found][-1] == members[-1][0]
     assert len(found) == len(members) - 2  # the directory and the link: no data
 
 
@@ -66,7 +66,7 @@ def test_walk_matches_tarfile(fmt: int, members: list) -> None:
 def test_other_headers_are_left_to_tarfile(fmt: int, name: str) -> None:
     data = _tar(fmt, [(name, b"1", tarfile.REGTYPE)])
     with pytest.raises(_NeedsTarfile):
-        _walk_headers(io.BytesIO(data), "x.tar", len(data))
+        _walk_headers(io.BytesIO(data), "x.tar")
     got = scan_tar(io.BytesIO(data), "x.tar", len(data))
     assert got["details"]["keys"] == [name.rsplit(".", 1)[0]]
     with tarfile.open(fileobj=io.BytesIO(data)) as tf:
@@ -88,7 +88,7 @@ def test_many_members_across_read_buffers() -> None:
     ]
     data = _tar(tarfile.USTAR_FORMAT, members)  # ~3.5 MB: several 1 MiB buffers
     f = io.BytesIO(data)
-    assert _walk_headers(f, "x.tar", len(data)) == _tarfile_members(f, "x.tar", len(data))
+    assert _walk_headers(f, "x.tar")[:2] == _tarfile_members(f, "x.tar", None)[:2]
     assert scan_tar(f, "x.tar", len(data))["num_records"] == 3000
 
 
@@ -107,5 +107,5 @@ def test_a_header_with_a_signed_checksum_is_accepted_as_tarfile_accepts_it() -> 
     _, signed = tarfile.calc_chksums(bytes(data[:512]))  # old writers summed signed bytes
     data[148:156] = b"%06o\0 " % signed
     f = io.BytesIO(bytes(data))
-    assert _walk_headers(f, "x.tar", len(data)) == _tarfile_members(f, "x.tar", len(data))
-    assert _walk_headers(f, "x.tar", len(data))[0] == [("é.cls", 512, 1)]
+    assert _walk_headers(f, "x.tar")[:2] == _tarfile_members(f, "x.tar", None)[:2]
+    assert _walk_headers(f, "x.tar")[0] == [("é.cls", 512, 1, 0)]

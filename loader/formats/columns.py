@@ -17,14 +17,16 @@ process's time).
 from __future__ import annotations
 
 import threading
-from collections.abc import Iterator, Sequence
+from collections.abc import Iterator, Mapping, Sequence
 from typing import Any
 
 import numpy as np
 import numpy.typing as npt
 import pyarrow as pa
+import pyarrow.compute as pc
 
 from ..batching import numpy_view
+from ..kinds import Kind, tensor_view
 
 __all__ = ["Block", "BufferPool"]
 
@@ -52,12 +54,20 @@ class BufferPool:
             self._free.setdefault((buf.dtype, buf.shape[1:]), []).append(buf)
 
 
+def _view(chunk: pa.Array, kind: Kind | None) -> np.ndarray | None:
+    """A zero-copy numpy view of a chunk: as its kind says (batch mode, data checked by
+    loader.kinds.check_part), else wherever numpy_view can."""
+    if kind is None or kind.ragged:
+        return numpy_view(chunk)
+    return tensor_view(chunk, kind.shape or (), kind.levels)
+
+
 def _contiguous(
-    chunks: list[pa.Array], pool: BufferPool | None
+    chunks: list[pa.Array], pool: BufferPool | None, kind: Kind | None = None
 ) -> tuple[np.ndarray, np.ndarray] | None:
     """(the chunks end to end as one numpy array, the buffer it lives in), copied from
     zero-copy views; None when a chunk is not viewable or the row shapes differ."""
-    maybe = [numpy_view(c) for c in chunks]
+    maybe = [_view(c, kind) for c in chunks]
     views = [v for v in maybe if v is not None]
     if not views or len(views) < len(maybe):
         return None
@@ -70,18 +80,46 @@ def _contiguous(
     return buf[:rows], buf
 
 
+def padded(arr: pa.Array, value: Any) -> np.ndarray:
+    """(n, longest) numpy array of a list array's rows, shorter rows padded with `value`."""
+    lengths = pc.list_value_length(arr).to_numpy(zero_copy_only=False)
+    flat = np.asarray(arr.flatten().to_numpy(zero_copy_only=False))
+    out = np.full((len(arr), int(lengths.max(initial=0))), value, dtype=flat.dtype)
+    # (total,) column of each value inside its row
+    within = np.arange(flat.size) - np.repeat(np.cumsum(lengths) - lengths, lengths)
+    out[np.repeat(np.arange(len(arr)), lengths), within] = flat
+    return out
+
+
 class Block:
     """The parts (Arrow tables) of one block; row i of the block is row i of the parts laid
-    end to end. The parts are not kept: columns are copied or combined on construction."""
+    end to end. The parts are not kept: columns are copied or combined on construction.
 
-    def __init__(self, parts: Sequence[pa.Table], pool: BufferPool | None = None) -> None:
+    With `kinds` (batch mode), each column is what its kind says (loader.kinds): tensor
+    columns become numpy, list columns stay Arrow, and plain list columns with a pad value
+    are padded per take. Without (record mode), numbers are numpy where Arrow allows."""
+
+    def __init__(
+        self,
+        parts: Sequence[pa.Table],
+        pool: BufferPool | None = None,
+        kinds: Mapping[str, Kind] | None = None,
+    ) -> None:
         self.names: list[str] = parts[0].column_names if parts else []
         self.columns: dict[str, np.ndarray | pa.Array] = {}
         self._buffers: list[np.ndarray] = []
         self._pool = pool
+        self._pads: dict[str, Any] = {}
         for name in self.names:
             chunks = [c for p in parts for c in p.column(name).chunks]
-            numeric = _contiguous(chunks, pool)
+            kind = None if kinds is None else kinds.get(name)
+            if kind is not None and kind.ragged and kind.pad is not None:
+                self._pads[name] = kind.pad
+            numeric = (
+                None
+                if kind is not None and (not kind.tensor or name in self._pads)
+                else _contiguous(chunks, pool, kind)
+            )
             if numeric is not None:
                 self.columns[name] = numeric[0]
                 self._buffers.append(numeric[1])
@@ -106,6 +144,8 @@ class Block:
             else:
                 arrow_rows = pa.array(rows) if arrow_rows is None else arrow_rows
                 out[name] = col.take(arrow_rows)
+                if name in self._pads:
+                    out[name] = padded(out[name], self._pads[name])
         return out
 
     @staticmethod

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import base64
+import re
 import threading
 from collections import OrderedDict
 from collections.abc import Iterator, Sequence
@@ -19,9 +20,12 @@ from torch.utils.data import get_worker_info
 
 from ..batching import column_to_batch
 from ..errors import ShardError
+from ..kinds import Kind, check_part
+from ..partitions import partition_arrays
 from ..retry import RetryPolicy, count_fetched, read_ranges
+from ..schemas import plain_type
 from ..shard import Shard
-from ..storage import FileEntry, redact
+from ..storage import FileEntry, check_version, redact
 from .columns import Block, BufferPool
 
 __all__ = ["ParquetFormat", "footer_details", "packed"]
@@ -38,15 +42,17 @@ def footer_details(footer: bytes, url: str) -> tuple[pq.FileMetaData, dict[str, 
     """
     try:
         meta = _parse_footer(footer)
-        schema = meta.schema.to_arrow_schema()
+        # schema-level metadata (pandas' index ranges, ...) differs from file to file
+        schema = meta.schema.to_arrow_schema().remove_metadata()
     except (pa.ArrowException, OSError) as e:
         raise ShardError(f"{redact(url)}: not a readable Parquet file ({e})") from e
+    pad = _legacy_padding(meta)
     rows, offsets, lengths = [], [], []
     for i in range(meta.num_row_groups):
         rg = meta.row_group(i)
         # a row group's bytes: from its first column chunk's first page to its last's end
         starts = [_chunk_start(rg.column(j)) for j in range(rg.num_columns)]
-        ends = [s + rg.column(j).total_compressed_size for j, s in enumerate(starts)]
+        ends = [s + rg.column(j).total_compressed_size + pad for j, s in enumerate(starts)]
         rows.append(rg.num_rows)
         offsets.append(min(starts, default=0))
         lengths.append(max(ends, default=0) - min(starts, default=0))
@@ -69,8 +75,61 @@ def _parse_footer(footer: bytes) -> pq.FileMetaData:
 
 
 def _chunk_start(col: Any) -> int:
-    """First byte of a column chunk: its dictionary page, if any, else its first data page."""
-    return int(col.dictionary_page_offset if col.has_dictionary_page else col.data_page_offset)
+    """First byte of a column chunk: its dictionary page, if any, else its first data page.
+
+    parquet-cpp's guard (PARQUET-1402): old parquet-mr writers (Spark with parquet-mr 1.8)
+    set ``dictionary_page_offset = 0`` on chunks without a dictionary, so a dictionary page
+    exists only where ``0 < dictionary_page_offset < data_page_offset``."""
+    data = int(col.data_page_offset)
+    dictionary = col.dictionary_page_offset if col.has_dictionary_page else None
+    if dictionary is not None and 0 < int(dictionary) < data:
+        return int(dictionary)
+    return data
+
+
+_LEGACY_MR = re.compile(r"parquet-mr version (\d+)\.(\d+)\.(\d+)")
+_MAX_DICT_HEADER = 100  # parquet-cpp's kMaxDictHeaderSize
+
+
+def _legacy_padding(meta: Any) -> int:
+    """Bytes to add to each column chunk's length: parquet-mr 1.2.8 and older left the
+    dictionary page header out of total_compressed_size (PARQUET-816); parquet-cpp pads
+    by up to 100 bytes for them, and so do we."""
+    found = _LEGACY_MR.search(meta.created_by or "")
+    if found and tuple(int(x) for x in found.groups()) < (1, 2, 9):
+        return _MAX_DICT_HEADER
+    return 0
+
+
+def _leaf_count(t: pa.DataType) -> int:
+    """Parquet leaf columns an Arrow type is stored in."""
+    if isinstance(t, pa.BaseExtensionType):
+        return _leaf_count(t.storage_type)
+    if pa.types.is_struct(t):
+        return sum(_leaf_count(f.type) for f in t)
+    if pa.types.is_map(t):
+        return _leaf_count(t.key_type) + _leaf_count(t.item_type)
+    if pa.types.is_list(t) or pa.types.is_large_list(t) or pa.types.is_fixed_size_list(t):
+        return _leaf_count(t.value_type)
+    return 1
+
+
+def leaf_columns(meta: Any, columns: Sequence[str] | None) -> list[int]:
+    """Indices of the Parquet leaf columns holding the asked top-level columns (all when
+    None). By position in the schema, never by splitting dotted paths: a column may be
+    named ``feat.x``."""
+    fields = meta.schema.to_arrow_schema()
+    if columns is None:
+        return list(range(meta.num_columns))
+    wanted = set(columns)
+    out: list[int] = []
+    at = 0
+    for f in fields:
+        n = _leaf_count(f.type)
+        if f.name in wanted:
+            out.extend(range(at, at + n))
+        at += n
+    return out
 
 
 def schema_to_b64(schema: pa.Schema) -> str:
@@ -111,56 +170,63 @@ def _column_ranges(
 ) -> tuple[list[int], list[int]]:
     """(starts, ends): byte ranges holding the asked columns' chunks in the given row
     groups, neighbours closer than MAX_GAP merged."""
-    wanted = None if columns is None else set(columns)
+    leaves = leaf_columns(meta, columns)
+    pad = _legacy_padding(meta)
     starts, ends = [], []
     for g in groups:
         rg = meta.row_group(g)
-        for j in range(rg.num_columns):
+        for j in leaves:
             col = rg.column(j)
-            if wanted is not None and col.path_in_schema.split(".")[0] not in wanted:
-                continue
             begin = _chunk_start(col)
             starts.append(begin)
-            ends.append(begin + col.total_compressed_size)
+            ends.append(begin + col.total_compressed_size + pad)
     _, starts, ends = merge_offset_ranges([url] * len(starts), starts, ends, max_gap=MAX_GAP)
     return [int(a) for a in starts], [int(b) for b in ends]
 
 
 def _fetch_column_chunks(
     fs: Any,
-    url: str,
+    shard: Shard,
     meta: Any,
     groups: Sequence[int],
     columns: Sequence[str] | None,
     retry: RetryPolicy,
 ) -> dict[tuple[int, int], bytes]:
-    """{(start, end): bytes} holding the asked columns' chunks in the given row groups.
+    """{(start, end): bytes} holding the asked columns' chunks in the given row groups, of
+    the indexed version of the shard (StaleIndexError if it changed).
 
     fsspec.parquet.open_parquet_file computes the same ranges, but it re-reads the footer on
     every call and needs a footer sample of at least pyarrow's 64 KiB tail read; with the
     footer already parsed, we only fetch the column chunks (coalesced, concurrent on S3).
     """
-    starts, ends = _column_ranges(url, meta, groups, columns)
-    data = read_ranges(fs, [url] * len(starts), starts, ends, retry)
+    starts, ends = _column_ranges(shard.url, meta, groups, columns)
+    limit = shard.bytes - int(shard.details["footer_bytes"])
+    ends = [min(e, limit) for e in ends]  # the legacy padding stops at the footer
+    n = len(starts)
+    indexed = [(shard.bytes, shard.version)] * n
+    data = read_ranges(fs, [shard.url] * n, starts, ends, retry, indexed)
     return {(a, b): blob for a, b, blob in zip(starts, ends, data)}
 
 
 TAIL = 8 << 10  # indexing reads this much of a shard's end: its footer, mostly whole
 
 
+FooterKey = tuple[str, int, str | None]  # url, size, version: a shard's exact bytes
+
+
 class FooterCache:
-    """Parsed Parquet footers by (url, version), least recently used dropped once their
+    """Parsed Parquet footers by (url, size, version), least recently used dropped once their
     serialized sizes add up to more than `max_bytes` (the parsed form takes a few times
     that). Thread-safe: reader threads share it."""
 
     def __init__(self, max_bytes: int) -> None:
         self.max_bytes = max_bytes
-        self._items: OrderedDict[tuple[str, str | None], tuple[pq.FileMetaData, int]]
+        self._items: OrderedDict[FooterKey, tuple[pq.FileMetaData, int]]
         self._items = OrderedDict()
         self._bytes = 0
         self._lock = threading.Lock()
 
-    def get(self, key: tuple[str, str | None]) -> pq.FileMetaData | None:
+    def get(self, key: FooterKey) -> pq.FileMetaData | None:
         with self._lock:
             item = self._items.get(key)
             if item is None:
@@ -168,7 +234,7 @@ class FooterCache:
             self._items.move_to_end(key)
             return item[0]
 
-    def put(self, key: tuple[str, str | None], meta: pq.FileMetaData, nbytes: int) -> None:
+    def put(self, key: FooterKey, meta: pq.FileMetaData, nbytes: int) -> None:
         with self._lock:
             old = self._items.pop(key, None)
             self._bytes += nbytes - (old[1] if old else 0)
@@ -185,6 +251,16 @@ class FooterCache:
 # (and DataLoader workers forked from it) fetches no footer again; a worker reading
 # several pieces of a shard fetches its footer once.
 _FOOTERS = FooterCache(64 << 20)
+
+
+def _cast(table: pa.Table, target: pa.Schema, url: str) -> pa.Table:
+    """The table in the dataset's types, which differ from the file's only in nullability
+    or list item names (checked by ShardIndex.columns_schema)."""
+    for name in table.column_names:
+        got, want = table.schema.field(name).type, target.field(name).type
+        if not plain_type(got).equals(plain_type(want)):
+            raise ShardError(f"{redact(url)}: column {name!r} is {got}, the dataset's is {want}")
+    return table.cast(target)
 
 
 def packed(arrays: dict[str, np.ndarray]) -> dict[str, torch.Tensor]:
@@ -209,19 +285,37 @@ def packed(arrays: dict[str, np.ndarray]) -> dict[str, torch.Tensor]:
 
 
 class ParquetFormat:
-    name = "parquet"
-    suffixes = (".parquet",)
+    """Parquet shards. For reading, `schema` is the schema of the asked columns every shard
+    gives (ShardIndex.columns_schema), partition columns included (`partitioning`); with
+    `kinds` (batch mode), each piece is made to fit its columns' kinds (loader.kinds)."""
 
-    def __init__(self, retry: RetryPolicy | None = None) -> None:
+    name = "parquet"
+    suffixes = (".parquet", ".parq", ".pq")
+
+    def __init__(
+        self,
+        retry: RetryPolicy | None = None,
+        schema: pa.Schema | None = None,
+        partitioning: pa.Schema | None = None,
+        kinds: dict[str, Kind] | None = None,
+    ) -> None:
         self.retry = retry or RetryPolicy()
+        self.schema = schema
+        self.partitions = [] if partitioning is None else partitioning.names
+        self.partitioning = partitioning
+        self.kinds = kinds
+        self._lengths: dict[str, int] = {}  # plain list columns: the row length first read
         self._pool = BufferPool()  # a block's numeric columns, reused by the next block
 
     def scan(self, fs: Any, entries: Sequence[FileEntry]) -> list[dict[str, Any]]:
         """One batched range read of each shard's last `TAIL` bytes (fsspec's cat_ranges
-        runs them concurrently on S3); a second only for footers longer than that."""
+        runs them concurrently on S3); a second only for footers longer than that. Each read
+        is of the listed version (an S3 object rewritten meanwhile is a StaleIndexError)."""
         urls = [e.url for e in entries]
         sizes = [e.size for e in entries]
-        tails = read_ranges(fs, urls, [max(0, n - TAIL) for n in sizes], sizes, self.retry)
+        indexed = [(e.size, e.version) for e in entries]
+        starts = [max(0, n - TAIL) for n in sizes]
+        tails = read_ranges(fs, urls, starts, sizes, self.retry, indexed)
         lengths = [_check_footer(t[-8:], e) for t, e in zip(tails, entries)]
         longer = [i for i, (t, n) in enumerate(zip(tails, lengths)) if n + 8 > len(t)]
         if longer:
@@ -231,22 +325,24 @@ class ParquetFormat:
                 [sizes[i] - 8 - lengths[i] for i in longer],
                 [sizes[i] for i in longer],
                 self.retry,
+                [indexed[i] for i in longer],
             )
             for i, footer in zip(longer, more):
                 tails[i] = footer
         out = []
         for tail, n, e in zip(tails, lengths, entries):
             meta, details = footer_details(tail[len(tail) - n - 8 :], e.url)
-            _FOOTERS.put((e.url, e.version), meta, n + 8)
+            _FOOTERS.put((e.url, e.size, e.version), meta, n + 8)
             out.append(details)
         return out
 
     def _metadata(self, fs: Any, shard: Shard) -> Any:
-        key = (shard.url, shard.version)
+        key = (shard.url, shard.bytes, shard.version)
         meta = _FOOTERS.get(key)
         if meta is None:
             size, n = shard.bytes, shard.details["footer_bytes"]
-            (footer,) = read_ranges(fs, [shard.url], [size - n], [size], self.retry)
+            indexed = [(size, shard.version)]
+            (footer,) = read_ranges(fs, [shard.url], [size - n], [size], self.retry, indexed)
             meta = _parse_footer(footer)
             _FOOTERS.put(key, meta, n)
         return meta
@@ -254,39 +350,66 @@ class ParquetFormat:
     def read(
         self, fs: Any, shard: Shard, start: int, stop: int, columns: Sequence[str] | None
     ) -> pa.Table:
-        """Rows [start, stop): fetches the footer (once per shard and process) and only the
-        column chunks of the asked columns in the row groups holding those rows."""
+        """Rows [start, stop) of the asked columns, in the dataset's column order and types,
+        partition columns included: fetches the footer (once per shard and process) and
+        only the column chunks of the asked columns in the row groups holding those rows.
+        A shard that is no longer the indexed version raises StaleIndexError."""
         url = shard.url
         first_row, groups = _row_groups(shard, start, stop)
-        cols = list(columns) if columns is not None else None
+        names = list(columns) if columns is not None else None
+        if names is None and self.schema is not None:
+            names = self.schema.names
+        cols = None if names is None else [c for c in names if c not in self.partitions]
         try:
             meta = self._metadata(fs, shard)
             if isinstance(fs, LocalFileSystem):
                 # local files: pyarrow's own file reads the column chunks (pre-buffered,
                 # coalesced); about 20% less CPU than handing it bytes read through fsspec
                 path = fs._strip_protocol(url)
-                with pq.ParquetFile(path, metadata=meta) as pf:
-                    table = pf.read_row_groups(groups, columns=cols)
+                try:
+                    with pq.ParquetFile(path, metadata=meta) as pf:
+                        table = pf.read_row_groups(groups, columns=cols)
+                finally:  # what was read is the indexed file (or a failure is explained)
+                    check_version(fs, url, shard.bytes, shard.version)
                 starts, ends = _column_ranges(url, meta, groups, cols)  # the chunks it reads
                 count_fetched(sum(b - a for a, b in zip(starts, ends)))
-                return table.slice(start - first_row, stop - start)
-            parts = _fetch_column_chunks(fs, url, meta, groups, cols, self.retry)
-            # pyarrow decodes from the fetched parts only: fsspec's "parts" cache serves its
-            # reads, and the metadata we pass keeps it from reading the footer again
-            f = AlreadyBufferedFile(
-                fs=None,
-                path=url,
-                mode="rb",
-                cache_type="parts",
-                cache_options={"data": parts},
-                size=shard.bytes,
-            )
-            table = pq.ParquetFile(f, metadata=meta).read_row_groups(groups, columns=cols)
+            else:
+                parts = _fetch_column_chunks(fs, shard, meta, groups, cols, self.retry)
+                # pyarrow decodes from the fetched parts only: fsspec's "parts" cache serves
+                # its reads, and the metadata we pass keeps it from reading the footer again
+                f = AlreadyBufferedFile(
+                    fs=None,
+                    path=url,
+                    mode="rb",
+                    cache_type="parts",
+                    cache_options={"data": parts},
+                    size=shard.bytes,
+                )
+                table = pq.ParquetFile(f, metadata=meta).read_row_groups(groups, columns=cols)
         except FileNotFoundError:
             raise FileNotFoundError(f"{redact(url)}: shard not found") from None
         except (pa.ArrowException, OSError, ValueError) as e:
             raise ShardError(f"{redact(url)}: cannot read row groups {groups}: {e}") from e
-        return table.slice(start - first_row, stop - start)
+        return self._shape(table.slice(start - first_row, stop - start), shard, names)
+
+    def _shape(self, table: pa.Table, shard: Shard, names: list[str] | None) -> pa.Table:
+        """A piece as the dataset has it: the file's columns in the asked order, cast where
+        another writer named or nulled them differently, partition values as columns, and
+        (batch mode) each column fitted to its kind."""
+        if self.schema is not None and names is not None:
+            target = pa.schema([self.schema.field(c) for c in table.column_names])
+            if not table.schema.equals(target):
+                table = _cast(table, target, shard.url)
+            values = shard.details.get("partitions") or {}
+            asked = [c for c in names if c in self.partitions]
+            for name, arr in partition_arrays(
+                self.partitioning or pa.schema([]), values, table.num_rows, asked
+            ).items():
+                table = table.append_column(self.schema.field(name), arr)
+            table = table.select(names)
+        if self.kinds is not None:
+            table = check_part(table, self.kinds, shard.url, self._lengths)
+        return table
 
     def piece_bytes(self, shard: Shard, start: int, stop: int) -> int:
         """Bytes of the row groups holding rows [start, stop), all columns."""
@@ -294,7 +417,7 @@ class ParquetFormat:
         return int(sum(shard.details["row_group_bytes"][g] for g in groups))
 
     def join(self, parts: Sequence[pa.Table]) -> Block:
-        return Block(parts, self._pool)
+        return Block(parts, self._pool, self.kinds)
 
     def release(self, joined: Block) -> None:
         joined.release()
@@ -307,12 +430,19 @@ class ParquetFormat:
 
     def batch(self, taken: dict[str, Any]) -> dict[str, Any]:
         """numpy columns -> tensors (they are fresh arrays: no copy; in a DataLoader worker
-        they are packed into one storage, see `packed`); Arrow columns -> tensors or lists
-        as `column_to_batch` decides."""
+        they are packed into one storage, see `packed`); Arrow columns -> lists (with kinds,
+        the column's kind decided that), else tensors or lists as `column_to_batch` says."""
         arrays = {k: c for k, c in taken.items() if isinstance(c, np.ndarray)}
         tensors = (
             packed(arrays)
             if len(arrays) > 1 and get_worker_info() is not None
             else {k: torch.from_numpy(c) for k, c in arrays.items()}
         )
-        return {k: tensors[k] if k in tensors else column_to_batch(c) for k, c in taken.items()}
+        return {
+            k: tensors[k]
+            if k in tensors
+            else c.to_pylist()
+            if self.kinds is not None
+            else column_to_batch(c)
+            for k, c in taken.items()
+        }

@@ -9,9 +9,11 @@ its members, in one coalesced range read per piece.
 
 from __future__ import annotations
 
+import gzip
 import io
 import re
 import tarfile
+import zlib
 from collections.abc import Callable, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from typing import Any
@@ -35,28 +37,37 @@ _SCAN_BLOCK = 1 << 20  # readahead while walking the headers
 _BLOCK = tarfile.BLOCKSIZE  # 512: a header; two zero blocks end an archive
 
 
-def scan_tar(f: Any, url: str, size: int) -> dict[str, Any]:
+def scan_tar(
+    f: Any, url: str, size: int | None, mark: Callable[[], int] | None = None
+) -> dict[str, Any]:
     """Index an open tar file: per record its key and members [ext, data offset, size].
 
     Members with the same key next to each other form one record, as webdataset's
-    group_by_keys does. A tar cut short raises ShardError rather than losing its tail:
-    inside a member, or between members (Python's tarfile then simply stops, so we check
-    for the end-of-archive block ourselves).
+    group_by_keys does; a record holding two members with one extension is refused, as
+    webdataset refuses it ("duplicate file name in tar file"). A tar cut short raises
+    ShardError rather than losing its tail: inside a member, or between members (Python's
+    tarfile then simply stops, so we check for the end-of-archive block ourselves).
+
+    For a compressed tar, `f` is the decompressed stream (`size` None: unknown) and `mark()`
+    tells how many compressed bytes were read so far: each record's ``compressed_ends``
+    entry bounds the bytes a reader must decompress to reach its last member's end.
     """
     try:
-        found, end = _walk_headers(f, url, size)
+        found, end, closed = _walk_headers(f, url, mark)
     except _NeedsTarfile:
-        found, end = _tarfile_members(f, url, size)
+        found, end, closed = _tarfile_members(f, url, mark)
     keys: list[str] = []
     members: list[list[list[Any]]] = []
-    for name, offset, length in found:
+    ends: list[int] = []
+    for name, offset, length, seen in found:
         if _SKIP_META.match(name):
             continue
         split = _KEY_EXT.match(name)
         if split is None:
             continue
         key, ext = split.groups()
-        if offset + length > size:
+        ext = ext.lower()  # as webdataset's group_by_keys (lcase=True)
+        if size is not None and offset + length > size:
             raise ShardError(
                 f"{redact(url)}: truncated tar: member {name} ends at byte "
                 f"{offset + length} of a {size}-byte file"
@@ -64,33 +75,62 @@ def scan_tar(f: Any, url: str, size: int) -> dict[str, Any]:
         if not keys or keys[-1] != key:
             keys.append(key)
             members.append([])
-        members[-1].append([ext.lower(), offset, length])
-    f.seek(end)
-    if f.read(_BLOCK) != bytes(_BLOCK):
+            ends.append(seen)
+        elif any(m[0] == ext for m in members[-1]):
+            raise ShardError(
+                f"{redact(url)}: duplicate file name in tar file: sample {key!r} has two "
+                f"members with extension {ext!r} (the second: {name}); webdataset refuses "
+                "such shards too"
+            )
+        members[-1].append([ext, offset, length])
+        ends[-1] = seen
+    if not closed:
+        f.seek(end)
+        closed = f.read(_BLOCK) == bytes(_BLOCK)
+    if not closed:
+        where = f"of {size}" if size is not None else "of the decompressed stream"
         raise ShardError(
-            f"{redact(url)}: truncated tar: no end-of-archive block after byte {end} of "
-            f"{size}; the file was cut short (re-upload it)"
+            f"{redact(url)}: truncated tar: no end-of-archive block after byte {end} "
+            f"{where}; the file was cut short (re-upload it)"
         )
-    return {"num_records": len(keys), "details": {"keys": keys, "members": members}}
+    details: dict[str, Any] = {"keys": keys, "members": members}
+    if mark is not None:
+        details["compressed_ends"] = ends
+    return {"num_records": len(keys), "details": details}
 
 
-Member = tuple[str, int, int]  # name, data offset, data size
+# name, data offset, data size, compressed bytes read once the member's data is reached
+# (0 for an uncompressed tar)
+Member = tuple[str, int, int, int]
 
 
-def _tarfile_members(f: Any, url: str, size: int) -> tuple[list[Member], int]:
-    """(regular members, offset of the block after the last) by Python's tarfile: any
-    header format (pax, GNU long names, base-256 sizes, ...)."""
+def _tarfile_members(
+    f: Any, url: str, mark: Callable[[], int] | None
+) -> tuple[list[Member], int, bool]:
+    """(regular members, offset of the block after the last, False: the end-of-archive
+    block is still to be checked) by Python's tarfile: any header format (pax, GNU long
+    names, base-256 sizes, ...)."""
     found: list[Member] = []
     f.seek(0)
     try:
         with tarfile.open(fileobj=f, mode="r:") as tf:
             for info in tf:
                 if info.isreg():
-                    found.append((info.name, info.offset_data, info.size))
+                    seen = mark() if mark else 0
+                    found.append((info.name, info.offset_data, info.size, seen))
             end = tf.offset  # where the next header would start
-    except tarfile.TarError as e:
+    except (tarfile.TarError, EOFError, zlib.error, gzip.BadGzipFile) as e:
         raise ShardError(f"{redact(url)}: corrupt or truncated tar ({e})") from e
-    return found, end
+    return _compressed_ends(found, mark), end, False
+
+
+def _compressed_ends(found: list[Member], mark: Callable[[], int] | None) -> list[Member]:
+    """Member i's data lies before member i+1's header, so the compressed bytes read when
+    that header was seen (or at the end) are enough to decompress it."""
+    if mark is None:
+        return found
+    after = [m[3] for m in found[1:]] + [mark()]
+    return [(n, o, s, a) for (n, o, s, _), a in zip(found, after)]
 
 
 class _NeedsTarfile(Exception):
@@ -102,9 +142,12 @@ _OTHER = (b"1", b"2", b"3", b"4", b"5", b"6")  # links, devices, directories, fi
 _ZERO = bytes(_BLOCK)
 
 
-def _walk_headers(f: Any, url: str, size: int) -> tuple[list[Member], int]:
-    """What `_tarfile_members` returns, for plain ustar/GNU/v7 headers only (what tar
-    writers emit for short ASCII names); raises _NeedsTarfile on any other header.
+def _walk_headers(
+    f: Any, url: str, mark: Callable[[], int] | None = None
+) -> tuple[list[Member], int, bool]:
+    """What `_tarfile_members` returns (True when the end-of-archive block was seen), for
+    plain ustar/GNU/v7 headers only (what tar writers emit for short ASCII names); raises
+    _NeedsTarfile on any other header.
 
     tarfile costs ~30 us a member (a TarInfo object, its checks); WebDataset shards hold
     many small members, and this walk reads the same fields in ~3.5 us: 480,000 members
@@ -118,15 +161,19 @@ def _walk_headers(f: Any, url: str, size: int) -> tuple[list[Member], int]:
         if pos + _BLOCK > base + len(buf):
             _verify(buf, heads, base, url)
             heads = []
-            f.seek(pos)
-            base, buf = pos, f.read(max(_SCAN_BLOCK, _BLOCK))
+            try:
+                f.seek(pos)
+                base, buf = pos, f.read(max(_SCAN_BLOCK, _BLOCK))
+            except (EOFError, zlib.error, gzip.BadGzipFile) as e:
+                raise ShardError(f"{redact(url)}: corrupt or truncated archive ({e})") from e
             if len(buf) < _BLOCK:
-                return found, pos  # no room for a header: the end check reports it
+                # no room for a header: the end check reports it
+                return _compressed_ends(found, mark), pos, False
         at = pos - base
         hdr = buf[at : at + _BLOCK]
         if hdr == _ZERO:
             _verify(buf, heads, base, url)
-            return found, pos
+            return _compressed_ends(found, mark), pos, True  # the end-of-archive block
         kind = hdr[156:157]
         field = hdr[124:136]
         if field[0] & 0x80 or (kind not in _REGULAR and kind not in _OTHER):
@@ -147,7 +194,7 @@ def _walk_headers(f: Any, url: str, size: int) -> tuple[list[Member], int]:
         pos += _BLOCK
         if kind in _OTHER or (kind == b"\0" and text.endswith("/")):
             continue  # tarfile skips no data after these
-        found.append((text, pos, length))
+        found.append((text, pos, length, mark() if mark else 0))
         pos += -(-length // _BLOCK) * _BLOCK
 
 
@@ -180,11 +227,14 @@ class RangeFile(io.RawIOBase):
     readahead, our fetcher the retries (the Fetcher seam of fsspec.caching).
     """
 
-    def __init__(self, fs: Any, url: str, size: int, retry: RetryPolicy) -> None:
+    def __init__(
+        self, fs: Any, url: str, size: int, retry: RetryPolicy, version: str | None = None
+    ) -> None:
         super().__init__()
+        indexed = [(size, version)]
 
         def fetch(start: int, end: int) -> bytes:
-            return read_ranges(fs, [url], [start], [min(end, size)], retry)[0]
+            return read_ranges(fs, [url], [start], [min(end, size)], retry, indexed)[0]
 
         self._cache = ReadAheadCache(_SCAN_BLOCK, fetch, size)
         self._size, self._pos = size, 0
@@ -210,9 +260,19 @@ class RangeFile(io.RawIOBase):
         return data
 
 
+def _compression(url: str) -> str | None:
+    lower = url.lower()
+    return "gzip" if lower.endswith((".tar.gz", ".tgz")) else None
+
+
 class TarFormat:
+    """Tar shards, plain or gzip-compressed (``.tar.gz``, ``.tgz``, as webdataset reads
+    them). gzip has no random access: a compressed shard's index records its members in
+    the decompressed stream, and a read decompresses the shard from its start up to the
+    last asked member (``piece_bytes`` counts those compressed bytes)."""
+
     name = "tar"
-    suffixes = (".tar",)
+    suffixes = (".tar", ".tar.gz", ".tgz")
 
     def __init__(
         self,
@@ -221,24 +281,51 @@ class TarFormat:
     ):
         self.decode = decode
         self.retry = retry or RetryPolicy()
+        self._tensors: dict[str, bool] = {}  # batch fields: tensor or list, once decided
 
     def scan(self, fs: Any, entries: Sequence[FileEntry]) -> list[dict[str, Any]]:
         def one(entry: FileEntry) -> dict[str, Any]:
-            return scan_tar(RangeFile(fs, entry.url, entry.size, self.retry), entry.url, entry.size)
+            raw = RangeFile(fs, entry.url, entry.size, self.retry, entry.version)
+            if _compression(entry.url) is None:
+                return scan_tar(raw, entry.url, entry.size)
+            with gzip.GzipFile(fileobj=raw, mode="rb") as gz:
+                out = scan_tar(gz, entry.url, None, mark=raw.tell)
+            out["details"]["compression"] = "gzip"
+            return out
 
         with ThreadPoolExecutor(max_workers=min(16, max(1, len(entries)))) as pool:
             return list(pool.map(one, entries))
+
+    def _span(self, fs: Any, shard: Shard, lo: int, hi: int) -> bytes:
+        """Bytes [lo, hi) of the shard's tar stream, of the indexed version."""
+        if shard.details.get("compression") is None:
+            indexed = [(shard.bytes, shard.version)]
+            return read_ranges(fs, [shard.url], [lo], [hi], self.retry, indexed)[0]
+        raw = RangeFile(fs, shard.url, shard.bytes, self.retry, shard.version)
+        try:
+            with gzip.GzipFile(fileobj=raw, mode="rb") as gz:
+                gz.seek(lo)  # decompresses what lies before: gzip has no random access
+                data = gz.read(hi - lo)
+        except (EOFError, zlib.error, gzip.BadGzipFile) as e:
+            raise ShardError(f"{redact(shard.url)}: corrupt or truncated gzip ({e})") from e
+        if len(data) < hi - lo:
+            raise ShardError(
+                f"{redact(shard.url)}: the decompressed tar ends before byte {hi}; the shard "
+                "changed or is truncated: rebuild the index"
+            )
+        return data
 
     def read(
         self, fs: Any, shard: Shard, start: int, stop: int, columns: Sequence[str] | None
     ) -> list[dict[str, Any]]:
         """Records [start, stop) as webdataset sample dicts, from one range read spanning
-        their members (the headers between them come along; they are small)."""
+        their members (the headers between them come along; they are small). `__url__` is
+        the shard's URL as the source named it."""
         url, details = shard.url, shard.details
         recs = details["members"][start:stop]
         lo = recs[0][0][1]
         hi = max(off + size for _, off, size in recs[-1])
-        (data,) = read_ranges(fs, [url], [lo], [hi], self.retry)
+        data = self._span(fs, shard, lo, hi)
         keep = None if columns is None else set(columns)
         out = []
         for key, members in zip(details["keys"][start:stop], recs):
@@ -250,7 +337,13 @@ class TarFormat:
         return out
 
     def piece_bytes(self, shard: Shard, start: int, stop: int) -> int:
-        """Bytes of the single range read that fetches records [start, stop)."""
+        """Bytes a read of records [start, stop) fetches: one range spanning their members;
+        for a compressed shard, everything from its start to the last one's end."""
+        if start >= stop:
+            return 0
+        ends = shard.details.get("compressed_ends")
+        if ends is not None:
+            return int(min(shard.bytes, ends[stop - 1]))
         recs = shard.details["members"][start:stop]
         return int(max(o + n for _, o, n in recs[-1]) - recs[0][0][1]) if recs else 0
 
@@ -267,11 +360,21 @@ class TarFormat:
         return taken
 
     def batch(self, taken: list[dict[str, Any]]) -> dict[str, Any]:
-        """Field -> list of values; fields of plain ints or floats -> a tensor."""
+        """Field -> list of values; a field whose values were all plain ints or floats in
+        the first batch holding it -> a tensor, in every batch after (a later batch where
+        it is missing or not a number raises ShardError naming the field and a sample)."""
         fields = list(dict.fromkeys(k for sample in taken for k in sample))
         out: dict[str, Any] = {}
         for name in fields:
             values = [sample.get(name) for sample in taken]
             numeric = all(isinstance(v, int | float) and not isinstance(v, bool) for v in values)
-            out[name] = torch.tensor(values) if numeric and values else values
+            tensor = self._tensors.setdefault(name, numeric and bool(values))
+            if tensor and not numeric:
+                bad = next(s for s, v in zip(taken, values) if not isinstance(v, int | float))
+                raise ShardError(
+                    f"{redact(str(bad.get('__url__')))}: field {name!r} of sample "
+                    f"{bad.get('__key__')!r} is {type(bad.get(name)).__name__}, but earlier "
+                    "batches made it a tensor of numbers; a batch field keeps one kind"
+                )
+            out[name] = torch.tensor(values) if tensor else values
         return out
