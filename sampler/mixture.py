@@ -46,7 +46,9 @@ from .topology import Topology
 __all__ = ["MixturePart", "MixtureSampler", "PassPiece", "stream_seed"]
 
 I64Array = npt.NDArray[np.int64]
-_LINES, _PLANS = 4, 256  # epoch lines and plans kept for reuse (least recently used go)
+# epoch lines and plans kept for reuse, least recently used dropped first: the workers of
+# a rank share its plans, and a plan needs its pass's line only while it is built
+_LINES, _PLANS = 2, 256
 
 
 @dataclass(frozen=True)
