@@ -25,26 +25,18 @@ from .helpers import check_resume
 
 
 def reference_counts(total: int, weights: list[Any], names: list[str]) -> list[int]:
-    """Largest remainder: floors, then one seat at a time to the largest remainder left."""
+    """Largest remainder: floors, then one seat at a time to the largest remainder left,
+    equal remainders to the name first in sorted order."""
     whole = sum(Fraction(w) for w in weights)
     quota = [Fraction(w) * total / whole for w in weights]
     seats = [math.floor(q) for q in quota]
-    given_extra: set[int] = set()
+    left = list(range(len(weights)))
     while sum(seats) < total:
-        best = max(
-            (k for k in range(len(weights)) if k not in given_extra),
-            key=lambda k: (quota[k] - math.floor(quota[k]), [-ord(ch) for ch in names[k]]),
-        )
-        # ties: the name first in sorted order; compare names directly to be sure
-        ties = [
-            k
-            for k in range(len(weights))
-            if k not in given_extra
-            and quota[k] - math.floor(quota[k]) == quota[best] - math.floor(quota[best])
-        ]
-        best = min(ties, key=lambda k: names[k])
-        seats[best] += 1
-        given_extra.add(best)
+        best = max(quota[k] - math.floor(quota[k]) for k in left)
+        pick = min((k for k in left if quota[k] - math.floor(quota[k]) == best),
+                   key=lambda k: names[k])  # fmt: skip
+        seats[pick] += 1
+        left.remove(pick)
     return seats
 
 
@@ -223,10 +215,15 @@ def test_m3_schedule_is_the_exact_merge_and_windows_hold_the_mix(counts, data) -
     chunk = data.draw(st.integers(1, 7))
     got = [int(k) for c in stream_ids(counts, ranks, lo, hi, chunk) for k in c]
     assert got == want[lo:hi]
-    # windows: within 1 + (K - 2) c_k / L of B c_k / L (K streams with records), so
-    # within 2 for three streams or fewer
+    # after i positions: within (1 + (K - 2) c_k / L) / 2 of i c_k / L (K streams with
+    # records); windows: within 1 + (K - 2) c_k / L of B c_k / L, so within 2 for K <= 3
     live = sum(1 for c in counts if c)
+    held = np.cumsum(np.eye(len(counts), dtype=np.int64)[want], axis=0)
     for k, c in enumerate(counts):
+        after = np.abs(held[:, k] - np.arange(1, total + 1) * c / total)
+        assert after.max() <= (1 + max(0, live - 2) * c / total) / 2 + 1e-9
+        if live <= 5:
+            assert after.max() < 2
         dev = window_deviation(want, k, c, total)
         assert dev <= 1 + max(0, live - 2) * c / total + 1e-9
         if live <= 3:
@@ -317,35 +314,32 @@ def test_m5_cursor_of_any_epoch_in_closed_form() -> None:
                              "num_replicas": 3, "count": 6}  # fmt: skip
 
 
-def elastic_run(before: int, after: list[int], at: list[int], drop_last: bool, epochs: int):
-    """`before` ranks read epoch 0 and `at[0]` records of epoch 1, are resized to after[0]
-    ranks, which read at[1] records of the rest, ...; the last layout reads on to the end of
-    epoch `epochs - 1`. Returns (stream, pass) -> records of all ranks, and the states the
-    new layouts had right after each resize."""
+def elastic_run(build, worlds: list[int], at: list[int], epochs: int):
+    """worlds[0] ranks read epoch 0 and `at[0]` records of epoch 1, are resized to
+    worlds[1] ranks, which read at[1] records of the rest (at most all of it), ...; the last
+    layout reads on to the end of epoch `epochs - 1`. `build(rank, world)` makes a sampler.
+    Returns (stream, pass) -> records of all ranks, and each new layout's first state."""
     read: dict[tuple[int, int], list] = defaultdict(list)
     states = []
-    layout = [make(r, before, drop_last=drop_last) for r in range(before)]
+    layout = [build(r, worlds[0]) for r in range(worlds[0])]
     read_all(layout, read, range(0, 1))
-    for new_world, count in zip(after, at):
+    for new_world, count in zip(worlds[1:], at):
         state = None
         for s in layout:
             s.set_epoch(1)
-            per_stream = labelled(s, 0, count)
-            got = []
+            start = s.state_dict()["position"]
+            stop = min(len(s), start + count)
+            per_stream = labelled(s, start, stop)
             it = iter(s)
-            for _ in range(count):
-                got.append(next(it))
-            add(read, per_stream, got)
+            add(read, per_stream, [next(it) for _ in range(stop - start)])
             state = json.loads(json.dumps(s.state_dict()))
-        layout = [make(r, new_world, drop_last=drop_last) for r in range(new_world)]
+        layout = [build(r, new_world) for r in range(new_world)]
         for s in layout:
             s.load_state_dict(state)
         states.append(layout[0].state_dict())
     for s in layout:  # the rest of epoch 1 in the last layout
         s.set_epoch(1)
-        start = s.state_dict()["position"]
-        per_stream = labelled(s, start)
-        add(read, per_stream, list(s))
+        add(read, labelled(s, s.state_dict()["position"]), list(s))
     read_all(layout, read, range(2, epochs))
     return read, states
 
@@ -368,7 +362,8 @@ def read_all(samplers, read, epochs) -> None:
 @pytest.mark.parametrize(("before", "after", "at"), [(3, [2], [7]), (2, [3], [13]),
                                                      (3, [2, 3], [5, 6])])  # fmt: skip
 def test_m5_elastic_resume_keeps_each_pass_once(before, after, at, drop_last) -> None:
-    read, states = elastic_run(before, after, at, drop_last, epochs=6)
+    build = lambda rank, world: make(rank, world, drop_last=drop_last)  # noqa: E731
+    read, states = elastic_run(build, [before, *after], at, epochs=6)
     check_passes(read, SIZES, [before, *after], drop_last)
     # "code" (100 records, spans of 33 or 34) is mid-pass at every resize: each one cut
     # the rest of its pass anew, and the state names every earlier layout
@@ -514,6 +509,26 @@ def test_properties_over_random_mixtures(case: dict, data: st.DataObject) -> Non
     rank = data.draw(st.integers(0, case["world"] - 1))
     point = data.draw(st.integers(0, length))
     check_resume(lambda: build(rank), [point], epoch=epoch, key=tuple)
+
+
+@settings(max_examples=40, deadline=None)
+@given(case=mixtures, data=st.data())
+def test_properties_of_elastic_resumes(case: dict, data: st.DataObject) -> None:
+    k = len(case["streams"])
+    weights = data.draw(st.lists(st.integers(1, 9), min_size=k, max_size=k))
+    fewest = min(sum(s) for s in case["streams"]) if case["drop_last"] else 4
+    worlds = data.draw(st.lists(st.integers(1, min(4, fewest)), min_size=2, max_size=3))
+    epoch_size = data.draw(st.integers(max(worlds), 40))
+    at = data.draw(st.lists(st.integers(0, 40), min_size=len(worlds) - 1,
+                            max_size=len(worlds) - 1))  # fmt: skip
+
+    def build(rank: int, world: int) -> MixtureSampler:
+        return MixtureSampler(case["streams"], weights, epoch_size, world, rank,
+                              case["shuffle"], case["seed"], case["drop_last"],
+                              case["window"])  # fmt: skip
+
+    read, _ = elastic_run(build, worlds, at, epochs=3)
+    check_passes(read, case["streams"], worlds, case["drop_last"])
 
 
 # --- cursors --------------------------------------------------------------------------------------
