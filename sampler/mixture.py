@@ -123,10 +123,7 @@ class MixtureSampler(Sampler[tuple[int, int]]):
         """Select the epoch. A different epoch drops a pending resume position; an epoch
         before the one a state was loaded for cannot be planned (its start is unknown)."""
         epoch = _check_flag("epoch", epoch, 0)
-        if epoch < self._anchor.epoch:
-            raise ValueError(
-                f"epoch {epoch} precedes epoch {self._anchor.epoch} of the loaded state"
-            )
+        self.epoch_start(epoch)  # refuses an epoch before the loaded one
         if epoch != self.epoch:
             self._resume = self._yielded = 0
         self.epoch = epoch
@@ -134,8 +131,10 @@ class MixtureSampler(Sampler[tuple[int, int]]):
     def epoch_start(self, epoch: int | None = None) -> tuple[tuple[Cursor, ...], tuple[int, ...]]:
         """(cursors at the epoch's start, the epoch's counts c_k), in closed form: the
         anchor epoch's cursors advanced by its counts, then by `counts` per epoch."""
-        e = self.epoch if epoch is None else epoch
+        e = self.epoch if epoch is None else _check_flag("epoch", epoch, 0)
         a = self._anchor
+        if e < a.epoch:
+            raise ValueError(f"epoch {e} precedes epoch {a.epoch} of the loaded state")
         if e == a.epoch:
             return a.cursors, a.counts
         cursors = tuple(
