@@ -2,6 +2,7 @@
 
 from .distributed import DistributedSampler
 from .mixing import distinct_per_batch
+from .mixture import MixturePart, MixtureSampler, PassPiece, stream_seed
 from .plan import Chunk, Plan, all_plans, build_plan
 from .shard_sampler import DEFAULT_WINDOW, HasShardSizes, ShardSampler
 from .topology import Topology
@@ -11,10 +12,14 @@ __all__ = [
     "Chunk",
     "DistributedSampler",
     "HasShardSizes",
+    "MixturePart",
+    "MixtureSampler",
+    "PassPiece",
     "Plan",
     "ShardSampler",
     "Topology",
     "all_plans",
     "build_plan",
     "distinct_per_batch",
+    "stream_seed",
 ]

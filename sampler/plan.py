@@ -12,7 +12,7 @@ from .epoch import TAG_ROWS, EpochLine, epoch_line, rank_length, span_pieces, wo
 from .keyed import derive_key, derive_keys, permute
 from .mixing import CHUNK, block_order
 
-__all__ = ["Chunk", "Plan", "all_plans", "build_plan"]
+__all__ = ["Chunk", "Plan", "all_plans", "build_plan", "span_plan"]
 
 I64Array = npt.NDArray[np.int64]
 U64Array = npt.NDArray[np.uint64]
@@ -169,6 +169,14 @@ def all_plans(
         for worker in range(num_workers):
             lo, hi = worker_span(rank, length, worker, num_workers)
             yield rank, worker, _plan_on(line, lo, hi, seed, epoch, shuffle, window)
+
+
+def span_plan(
+    line: EpochLine, lo: int, hi: int, *, seed: int, epoch: int, shuffle: bool, window: int
+) -> Plan:
+    """The plan reading line positions [lo, hi) of an epoch line computed once for many
+    spans: O(log shards + pieces) per span, the same plan `build_plan` gives for that span."""
+    return _plan_on(line, lo, hi, seed, epoch, shuffle, window)
 
 
 def _plan_on(
