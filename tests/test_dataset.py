@@ -194,7 +194,7 @@ def test_bytes_fetched_counts_the_row_groups_read(
 
 def test_a_rank_fetches_about_its_share_of_the_bytes(s3: Any) -> None:
     """A rank of 16 over 8 Parquet shards: ~1/16 of the bytes, index building included."""
-    from .s3proxy import counting_proxy
+    from scripts.s3proxy import counting_proxy
 
     fs = s3.fs()
     fs.mkdir("big")

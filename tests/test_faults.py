@@ -9,9 +9,9 @@ import pytest
 from torch.utils.data import DataLoader
 
 from loader import RetryPolicy, ShardError, ShardIndex, StreamingDataset
+from scripts.s3proxy import Faults, counting_proxy
 
 from .datagen import record_id, write_dataset
-from .s3proxy import Faults, counting_proxy
 
 FAST = RetryPolicy(max_attempts=12, base_delay=0.01, max_delay=0.2)
 

@@ -15,9 +15,9 @@ import pytest
 
 from loader import ShardError, ShardIndex, StaleIndexError, StreamingDataset
 from loader.formats.parquet import TAIL
+from scripts.s3proxy import counting_proxy
 
 from .datagen import SIZES, parquet_table, record_id, write_dataset
-from .s3proxy import counting_proxy
 
 LOCAL = fsspec.filesystem("file")
 

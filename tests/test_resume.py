@@ -251,7 +251,7 @@ def test_a_resume_does_not_read_what_it_skips(s3: Any) -> None:
     """Resumed at 3/4 of the epoch, a rank fetches about the last quarter of the bytes: the
     plan seeks to its block, and only that block's pieces are read again (the records of a
     block's pieces are shuffled across the whole block)."""
-    from .s3proxy import counting_proxy
+    from scripts.s3proxy import counting_proxy
 
     fs = s3.fs()
     fs.mkdir("resume")

@@ -13,8 +13,7 @@ import pytest
 from torch.utils.data import DataLoader
 
 from loader import ShardIndex, StaleIndexError, StreamingDataset
-
-from .s3proxy import counting_proxy
+from scripts.s3proxy import counting_proxy
 
 
 def _write(path: Path | str, values: list[Any], fs: Any = None) -> None:

@@ -1,9 +1,12 @@
-"""A small HTTP proxy in front of the S3 server, on loopback: counts bytes, injects faults.
+"""A small HTTP proxy in front of the S3 server, on loopback: counts bytes, injects faults,
+shapes the network.
 
 Real HTTP end to end (s3fs -> proxy -> moto): nothing in s3fs or botocore is patched.
-Tests point `endpoint_url` at the proxy; afterwards `bytes_served` says what was fetched.
-With faults on, a seeded random draw per GET answers 503 SlowDown, or sends the headers
-and half the body and then drops the connection (a reset mid-body).
+Tests and bench.py point `endpoint_url` at the proxy; afterwards `bytes_served` says what
+was fetched. With faults on, a seeded random draw per GET answers 503 SlowDown, or sends
+the headers and half the body and then drops the connection (a reset mid-body). With
+shaping on, every answer waits `latency_ms` before its first byte and each connection's
+body flows at most `mbps` MB/s: a local server behaves like a remote object store.
 """
 
 from __future__ import annotations
@@ -12,6 +15,7 @@ import http.client
 import random
 import socket
 import threading
+import time
 from collections.abc import Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass
@@ -35,11 +39,31 @@ class Faults:
     seed: int = 0
 
 
+@dataclass(frozen=True)
+class Shaping:
+    """What the network between client and store adds: a delay before each answer's first
+    byte (S3's time to first byte is 20-50 ms), and a rate cap per connection (S3 gives
+    each connection about 50-100 MB/s)."""
+
+    latency_ms: float = 0.0
+    mbps: float = 0.0  # 0: no cap
+
+    @property
+    def on(self) -> bool:
+        return self.latency_ms > 0 or self.mbps > 0
+
+
+_SLICE = 64 << 10  # a shaped body is written in slices of this many bytes
+
+
 class CountingProxy:
-    def __init__(self, upstream: str, faults: Faults | None = None) -> None:
+    def __init__(
+        self, upstream: str, faults: Faults | None = None, shaping: Shaping | None = None
+    ) -> None:
         parts = urlsplit(upstream)
         self.upstream = (parts.hostname or "127.0.0.1", parts.port or 80)
         self.faults = faults or Faults()
+        self.shaping = shaping or Shaping()
         self.rng = random.Random(self.faults.seed)
         self.bytes_served = 0
         self.injected = {"slowdown": 0, "reset": 0}
@@ -100,8 +124,18 @@ class CountingProxy:
                 for k, v in headers.items():
                     self.send_header(k, v)
                 self.send_header("Content-Length", str(len(data) if length is None else length))
+                shape = proxy.shaping
+                if shape.latency_ms:
+                    time.sleep(shape.latency_ms / 1000)
                 self.end_headers()
                 if self.command == "HEAD":
+                    return
+                if cut is None and shape.mbps:
+                    start = time.monotonic()
+                    for at in range(0, len(data), _SLICE):
+                        self.wfile.write(data[at : at + _SLICE])
+                        due = start + (at + _SLICE) / (shape.mbps * 1e6)
+                        time.sleep(max(0.0, due - time.monotonic()))
                     return
                 if cut is None:
                     self.wfile.write(data)
@@ -133,8 +167,12 @@ class CountingProxy:
 
 
 @contextmanager
-def counting_proxy(upstream: str, faults: Faults | None = None) -> Iterator[CountingProxy]:
-    proxy = CountingProxy(upstream, faults)
+def counting_proxy(
+    upstream: str, faults: Faults | None = None, shaping: Shaping | None = None
+) -> Iterator[CountingProxy]:
+    """A proxy to `upstream` on a free loopback port, serving from a thread until the
+    block ends."""
+    proxy = CountingProxy(upstream, faults, shaping)
     thread = threading.Thread(target=proxy.server.serve_forever, daemon=True)
     thread.start()
     try:
