@@ -5,6 +5,7 @@ from .errors import ShardError, StaleIndexError
 from .index import ShardIndex
 from .retry import RetryPolicy
 from .shard import Shard
+from .streams import Stream
 
 __all__ = [
     "RetryPolicy",
@@ -12,5 +13,6 @@ __all__ = [
     "ShardError",
     "ShardIndex",
     "StaleIndexError",
+    "Stream",
     "StreamingDataset",
 ]

@@ -20,6 +20,7 @@ from .kinds import kinds_of
 from .pipeline import PlanReader
 from .retry import RetryPolicy
 from .state import Layout, check_state
+from .streams import is_mixture
 
 __all__ = ["StreamingDataset"]
 
@@ -91,6 +92,14 @@ class StreamingDataset(IterableDataset[Any]):
     `set_epoch` reaches workers started earlier (``persistent_workers=True``): the epoch
     lives in a shared-memory tensor.
     """
+
+    def __new__(cls, source: Any = None, *args: Any, **kwargs: Any) -> StreamingDataset:
+        """A list of `loader.Stream` makes a mixture (loader.mixture.MixtureDataset)."""
+        if cls is StreamingDataset and is_mixture(source):
+            from .mixture import MixtureDataset
+
+            return super().__new__(MixtureDataset)
+        return super().__new__(cls)
 
     def __init__(
         self,
@@ -218,14 +227,26 @@ class StreamingDataset(IterableDataset[Any]):
         return n if self.batch_size is None else -(-n // self.batch_size)
 
     def _format(self) -> Format:
-        name = self.index.format or "parquet"
+        return self._make_format(self.index, self.schema, self.kinds)
+
+    def _make_format(
+        self,
+        index: ShardIndex,
+        schema: Any,
+        kinds: dict[str, Any] | None,
+        lengths: dict[str, int] | None = None,
+    ) -> Format:
+        """A reader of `index`'s format for this dataset's options; `lengths` (plain list
+        columns' row length) may be shared by the formats of several streams."""
+        name = index.format or "parquet"
         if name != "tar":
             return format_for(
                 name,
                 retry=self.retry,
-                schema=self.schema,
-                partitioning=self.index.partitioning,
-                kinds=self.kinds,
+                schema=schema,
+                partitioning=index.partitioning,
+                kinds=kinds,
+                lengths=lengths,
             )
         decode = self.decode or None
         if decode is True:

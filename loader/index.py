@@ -84,7 +84,9 @@ def _discover(
         return entries
     urls = list(source)
     if not urls:
-        raise ValueError("the list of shard URLs is empty")
+        raise ValueError(
+            "the source list is empty: give shard URLs, or loader.Stream objects for a mixture"
+        )
     for url in urls:
         if not format_of_url(url):
             raise ValueError(
@@ -138,10 +140,17 @@ class ShardIndex:
         types where a shard lacks it or holds another type (loader.schemas)."""
         parts = self.partitioning or pa.schema([])
         asked = None if columns is None else [c for c in columns if c not in parts.names]
-        examples = [""] * len(self.schemas)
+        # a schema only shards without records have is never read: it cannot conflict
+        read = {s.details.get("schema", 0) for s in self.shards if s.num_records > 0}
+        numbers = [i for i in range(len(self.schemas)) if i in read] or list(
+            range(len(self.schemas))
+        )
+        examples = {}
         for s in reversed(self.shards):
             examples[s.details.get("schema", 0)] = s.url
-        files = select_schema(self.schemas, examples, asked)
+        files = select_schema(
+            [self.schemas[i] for i in numbers], [examples.get(i, "") for i in numbers], asked
+        )
         wanted = files.names + parts.names if columns is None else list(columns)
         by_name = {f.name: f for f in [*files, *parts]}
         return pa.schema([by_name[n] for n in wanted])

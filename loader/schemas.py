@@ -5,7 +5,9 @@ items (``item``, ``element``, ``array``) and 32- or 64-bit offsets (``string`` a
 ``large_string``): those are the same column, read in the type the first shard holding it
 gives, as `pyarrow.dataset` reads such files. A column that only some shards have, or
 whose types differ between shards, is fine as long as nobody asks for it; asking for it
-is an error naming a shard on each side, the column and both types.
+is an error naming a shard on each side, the column and both types. A column of type
+``null`` (all values null: what writers infer for an empty or all-None column) takes the
+type the other shards give it.
 """
 
 from __future__ import annotations
@@ -89,11 +91,13 @@ def select_schema(
                     )
                 )
             got = schema.field(name).type
-            if not plain_type(got).equals(plain_type(want)):
+            if pa.types.is_null(want) and not pa.types.is_null(got):
+                first, want = i, got  # an all-null column takes any other shard's type
+            if not pa.types.is_null(got) and not plain_type(got).equals(plain_type(want)):
                 raise ShardError(
                     f"{redact(examples[i])}: column {name!r} is {got}, but "
                     f"{redact(examples[first])} has it as {want}; all shards must agree on "
                     "the asked columns' types"
                 )
-        out.append(unified.field(name))
+        out.append(unified.field(name).with_type(want))
     return pa.schema(out)

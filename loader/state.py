@@ -18,7 +18,7 @@ saves per worker.
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Any
 
 from sampler.epoch import rank_length
@@ -64,12 +64,11 @@ class Layout:
 
     def of(self, state: dict[str, Any]) -> Layout:
         """The layout the state counted its position in."""
-        return Layout(
-            state.get("num_replicas", self.num_replicas),
-            state.get("num_workers", self.num_workers),
-            state.get("batch_size", self.batch_size),
-            self.num_records,
-            self.drop_last,
+        return replace(
+            self,
+            num_replicas=state.get("num_replicas", self.num_replicas),
+            num_workers=state.get("num_workers", self.num_workers),
+            batch_size=state.get("batch_size", self.batch_size),
         )
 
     def streams(self, base: dict[str, Any] | None) -> Streams:

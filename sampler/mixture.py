@@ -279,6 +279,25 @@ class MixtureSampler(Sampler[tuple[int, int]]):
         streams = {n: cursor_state(c, m) for n, c, m in zip(self.names, cursors, counts)}
         return {"epoch": self.epoch, "position": self._yielded, "streams": streams}
 
+    def begin_epoch(self, epoch: int, streams: Mapping[str, Any]) -> None:
+        """Plan epoch `epoch` as a fresh epoch of this layout (this sampler's counts,
+        position 0) that starts where `streams` say each stream stands, as
+        ``state_dict()["streams"]`` gives them. Cursors cut for another number of ranks
+        (the layout an elastic resume left) are recut for this sampler's ranks: the rest
+        of each stream's current pass laid end to end and cut anew (`sampler.passes.recut`).
+        """
+        epoch = _check_flag("epoch", epoch, 0)
+        state = {"epoch": epoch, "position": 0, "streams": streams}
+        _, _, cursors, _ = load_cursors(state, self.names, self.num_records, self.drop_last)
+        cursors = tuple(
+            c
+            if c.num_replicas == self.num_replicas
+            else recut(c, self.num_replicas, n, self.drop_last)
+            for c, n in zip(cursors, self.num_records)
+        )
+        self._anchor = _Anchor(epoch, cursors, self.counts)
+        self.epoch, self._resume, self._yielded = epoch, 0, 0
+
     def load_state_dict(self, state: Mapping[str, Any]) -> None:
         """Continue from a state; the next iteration yields exactly what follows it.
 

@@ -103,7 +103,7 @@ def test_mixed_formats_are_refused(tmp_path: Path) -> None:
         (lambda p: str(p / "missing"), FileNotFoundError, "no such file, directory or prefix"),
         (lambda p: str(p), FileNotFoundError, r"no shards found \(0 files"),
         (lambda p: [str(p / "a.csv")], ValueError, r"a.csv: unknown shard format; known"),
-        (lambda p: [], ValueError, "list of shard URLs is empty"),
+        (lambda p: [], ValueError, "the source list is empty"),
         (lambda p: 42, ValueError, "source must be a URL"),
     ],
 )

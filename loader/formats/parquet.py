@@ -258,7 +258,7 @@ def _cast(table: pa.Table, target: pa.Schema, url: str) -> pa.Table:
     or list item names (checked by ShardIndex.columns_schema)."""
     for name in table.column_names:
         got, want = table.schema.field(name).type, target.field(name).type
-        if not plain_type(got).equals(plain_type(want)):
+        if not pa.types.is_null(got) and not plain_type(got).equals(plain_type(want)):
             raise ShardError(f"{redact(url)}: column {name!r} is {got}, the dataset's is {want}")
     return table.cast(target)
 
@@ -298,13 +298,15 @@ class ParquetFormat:
         schema: pa.Schema | None = None,
         partitioning: pa.Schema | None = None,
         kinds: dict[str, Kind] | None = None,
+        lengths: dict[str, int] | None = None,
     ) -> None:
         self.retry = retry or RetryPolicy()
         self.schema = schema
         self.partitions = [] if partitioning is None else partitioning.names
         self.partitioning = partitioning
         self.kinds = kinds
-        self._lengths: dict[str, int] = {}  # plain list columns: the row length first read
+        # plain list columns: the row length first read (shared by a mixture's streams)
+        self._lengths: dict[str, int] = {} if lengths is None else lengths
         self._pool = BufferPool()  # a block's numeric columns, reused by the next block
 
     def scan(self, fs: Any, entries: Sequence[FileEntry]) -> list[dict[str, Any]]:

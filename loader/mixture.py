@@ -1,0 +1,499 @@
+"""Mixtures: several sources with weights, read as one StreamingDataset.
+
+    StreamingDataset([Stream("s3://b/web/", weight=0.7), Stream("data/code/", weight=0.3)],
+                     epoch_size=1_000_000, batch_size=1024)
+
+`sampler.MixtureSampler` plans it: every rank reads L = epoch_size // num_replicas records
+an epoch, c_k of them from stream k (largest remainder by the weights), placed by a
+stratified schedule so that every batch holds the mix; stream k is read as whole passes of
+its own, one after the other. This module reads that plan: each stream through its own
+PlanReader (its index, storage options, readers and threads, so a slow stream never holds
+up another's reads), the streams' records merged in the schedule's order.
+
+Workers split a rank's positions into contiguous, batch-aligned parts, so a worker reads
+its own contiguous part of each stream's pass. Resume and elastic resume reuse the
+single-source machinery (loader.state): a worker's positions are a "segment", and the rest
+of an epoch resumed in another layout is those segments cut anew. The state adds, per
+stream, the cursor at the epoch's start (`MixtureSampler.state_dict()["streams"]`).
+"""
+
+from __future__ import annotations
+
+import contextlib
+import os
+from collections.abc import Callable, Iterator, Mapping, Sequence
+from concurrent.futures import ThreadPoolExecutor
+from dataclasses import dataclass
+from typing import Any
+
+import numpy as np
+import torch
+from torch.utils.data import IterableDataset, get_worker_info
+
+from sampler import DEFAULT_WINDOW, MixtureSampler, Topology
+from sampler.mixture_state import cursor_state
+from sampler.resume import Segment, cut_segments
+
+from .batching import _concat, regroup
+from .dataset import RECORD_STEP, StreamingDataset, _check_positive, _shared_index
+from .formats import Format
+from .kinds import Kind, kinds_of
+from .pipeline import PlanReader
+from .retry import RetryPolicy
+from .state import Layout, check_state
+from .streams import STREAM, Stream, is_mixture
+
+__all__ = ["MixLayout", "MixtureDataset"]
+
+
+def _name(stream: Stream, k: int) -> str:
+    if stream.name is not None:
+        return stream.name
+    if isinstance(stream.source, str | os.PathLike):
+        return os.fspath(stream.source)
+    return f"stream{k}"
+
+
+@dataclass(frozen=True)
+class MixLayout(Layout):
+    """A job layout over a mixture's epoch: `num_records` is the epoch size E, and every
+    rank reads exactly E // R positions (the rest of a resized epoch is cut as the
+    dataset's drop_last says)."""
+
+    @property
+    def length(self) -> int:
+        return self.num_records // self.num_replicas
+
+
+class MixtureDataset(StreamingDataset):
+    """A StreamingDataset over several Streams (see the module docstring and DESIGN.md,
+    "Mixtures"). `StreamingDataset([Stream, ...], ...)` makes one.
+
+    Records carry ``"__stream__"`` (the stream's name); batches carry ``"__stream__"`` as
+    an int64 tensor of stream indices. In batch mode every stream must have the asked
+    columns with one kind each (checked here); streams of different formats mix in record
+    mode only. `len()`, `set_epoch`, workers, `state_dict` / `consumed_state` /
+    `load_state_dict` (also into another number of ranks or workers) work as for one
+    source. Weights changed between runs apply from the epoch after the resumed one.
+    """
+
+    def __init__(
+        self,
+        streams: Sequence[Stream],
+        *,
+        epoch_size: int | None = None,
+        columns: Sequence[str] | None = None,
+        shuffle: bool = True,
+        seed: int = 0,
+        drop_last: bool = False,
+        num_replicas: int | None = None,
+        rank: int | None = None,
+        batch_size: int | None = None,
+        storage_options: dict[str, Any] | None = None,
+        window: int = DEFAULT_WINDOW,
+        decode: bool | Callable[[dict[str, Any]], dict[str, Any]] = False,
+        read_threads: int = 8,
+        prefetch: int = 1,
+        retry: RetryPolicy | None = None,
+        fill_nulls: Mapping[str, Any] | None = None,
+        pad: Mapping[str, Any] | None = None,
+    ) -> None:
+        IterableDataset.__init__(self)
+        if not is_mixture(streams):
+            raise ValueError(f"a mixture needs a non-empty list of Stream, got {streams!r}")
+        self.batch_size = _check_positive("batch_size", batch_size)
+        self.read_threads = _check_positive("read_threads", read_threads) or 1
+        if isinstance(prefetch, bool) or not isinstance(prefetch, int) or prefetch < 0:
+            raise ValueError(f"prefetch must be an int >= 0 (blocks read ahead), got {prefetch!r}")
+        self.prefetch = prefetch
+        topo = Topology.resolve(num_replicas, rank)
+        self.retry = retry or RetryPolicy()
+        self.columns = None if columns is None else list(columns)
+        self.decode, self.pad = decode, dict(pad or {})
+        self.streams = list(streams)
+        self.names = [_name(s, k) for k, s in enumerate(self.streams)]
+        dupes = sorted({n for n in self.names if self.names.count(n) > 1})
+        if dupes:
+            raise ValueError(f"stream names must be unique; repeated: {dupes} (pass name=...)")
+        self.options = [
+            dict(s.storage_options if s.storage_options is not None else storage_options or {})
+            for s in self.streams
+        ]
+        self.indexes = [
+            _shared_index(s.source, o, self.retry) for s, o in zip(self.streams, self.options)
+        ]
+        self._check_formats()
+        self.schemas = [
+            None if idx.format == "tar" else idx.columns_schema(self.columns)
+            for idx in self.indexes
+        ]
+        self.kinds_per_stream = self._check_kinds(fill_nulls)
+        weights = [
+            s.weight if s.weight is not None else idx.num_records
+            for s, idx in zip(self.streams, self.indexes)
+        ]
+        self.sampler = MixtureSampler(  # type: ignore[assignment]
+            self.indexes,
+            weights,
+            epoch_size,
+            topo.world_size,
+            topo.rank,
+            shuffle,
+            seed,
+            drop_last,
+            window,
+            self.names,
+        )
+        self._lengths: dict[str, int] = {}  # ragged list columns' length, shared by streams
+        self._epoch = torch.zeros((), dtype=torch.int64).share_memory_()  # type: ignore[no-untyped-call]
+        self._position = 0
+        self._resume: dict[str, Any] | None = None
+
+    # --- construction checks ------------------------------------------------------------
+
+    def _check_formats(self) -> None:
+        formats = {n: idx.format for n, idx in zip(self.names, self.indexes)}
+        if self.batch_size is not None and len(set(formats.values())) > 1:
+            raise ValueError(
+                f"streams of different formats {formats} cannot form batches: their records "
+                "have different shapes; use record mode (batch_size=None) or one format"
+            )
+
+    def _check_kinds(self, fill_nulls: Mapping[str, Any] | None) -> list[dict[str, Kind] | None]:
+        """Per stream, its columns' kinds (batch mode, Parquet); ValueError naming a column
+        whose kind differs between two streams."""
+        if self.batch_size is None or self.schemas[0] is None:
+            return [None] * len(self.streams)
+        kinds = [kinds_of(s, fill_nulls, self.pad) if s is not None else {} for s in self.schemas]
+        first = kinds[0]
+        for name, other in zip(self.names[1:], kinds[1:]):
+            if list(other) != list(first):
+                raise ValueError(
+                    f"stream {name!r} has columns {list(other)}, stream {self.names[0]!r} "
+                    f"{list(first)}: batches need the same columns in every stream "
+                    "(pass columns=[...])"
+                )
+            for col, kind in other.items():
+                a, b = first[col], kind
+                if (a.tensor, a.value, a.shape) != (b.tensor, b.value, b.shape):
+                    raise ValueError(
+                        f"column {col!r} is {_kind_text(a)} in stream {self.names[0]!r} but "
+                        f"{_kind_text(b)} in stream {name!r}; a batch column has one kind"
+                    )
+        return list(kinds)
+
+    # --- epochs and state ---------------------------------------------------------------
+
+    @property
+    def _mix(self) -> MixtureSampler:
+        return self.sampler  # type: ignore[return-value]
+
+    def _layout(self, num_workers: int) -> Layout:
+        return MixLayout(
+            self._mix.num_replicas,
+            num_workers,
+            self.batch_size or 0,
+            self._mix.epoch_size,
+            self._mix.drop_last,
+        )
+
+    def _resized(self, epoch: int) -> bool:
+        """Whether `epoch` is one resumed from a state cut for another number of ranks."""
+        root = self._root_state()
+        return (
+            root is not None
+            and root["epoch"] == epoch
+            and self._root_replicas() != (self._mix.num_replicas)
+        )
+
+    def _root_state(self) -> dict[str, Any] | None:
+        state = self._resume
+        while state is not None and "elastic" in state:
+            state = state["elastic"]
+        return state
+
+    def _root_replicas(self) -> int:
+        root = self._root_state()
+        return int(root.get("num_replicas", self._mix.num_replicas)) if root else 0
+
+    def set_epoch(self, epoch: int) -> None:
+        """Select the epoch (seen by persistent DataLoader workers too); another epoch than
+        a loaded state's drops the state."""
+        if epoch != self.epoch:
+            self._resume, self._position = None, 0
+        if not self._resized(epoch):
+            self._mix.set_epoch(epoch)
+        self._epoch.fill_(epoch)
+
+    def _streams_state(self) -> dict[str, Any]:
+        """Per stream, the cursor at the current epoch's start in the layout it started in."""
+        if self._resume is not None and self._resume["epoch"] == self.epoch:
+            return dict(self._resume["streams"])
+        self._mix.set_epoch(self.epoch)
+        return dict(self._mix.state_dict()["streams"])
+
+    def state_dict(self) -> dict[str, Any]:
+        """As StreamingDataset.state_dict, plus each stream's cursor ("streams")."""
+        return {**super().state_dict(), "streams": self._streams_state()}
+
+    def consumed_state(self, consumed: int, num_workers: int) -> dict[str, Any]:
+        """As StreamingDataset.consumed_state, plus each stream's cursor at the epoch's
+        start ("streams": pass, records consumed in it, ranks it was cut for, c_k)."""
+        return {**super().consumed_state(consumed, num_workers), "streams": self._streams_state()}
+
+    def load_state_dict(self, state: dict[str, Any]) -> None:
+        """Continue an epoch, also in another layout (see StreamingDataset.load_state_dict).
+        The epoch finishes with the saved per-stream counts; the next one starts where the
+        saved layout left each stream (recut for this job's ranks) with this dataset's
+        weights."""
+        if not isinstance(state, dict) or not isinstance(state.get("streams"), dict):
+            raise ValueError(f"a mixture state needs 'streams' (per-stream cursors), got {state!r}")
+        checked = check_state(state)
+        self._resume, self._position = checked, checked["position"]
+        self._epoch.fill_(checked["epoch"])
+        epoch, replicas = checked["epoch"], self._root_replicas()
+        if replicas == self._mix.num_replicas:
+            self._mix.load_state_dict({"epoch": epoch, "position": 0, "streams": state["streams"]})
+            return
+        old = self._sampler_for(replicas, 0, epoch)
+        cursors, counts = old.epoch_start(epoch + 1)
+        after = {n: cursor_state(c, m) for n, c, m in zip(self.names, cursors, counts)}
+        self._mix.begin_epoch(epoch + 1, after)
+
+    def _sampler_for(self, num_replicas: int, rank: int, epoch: int) -> MixtureSampler:
+        """Rank `rank`'s planner of `epoch` in a layout of `num_replicas` ranks, anchored
+        where the epoch started (the loaded state's cursors, or this sampler's)."""
+        mine = self._mix
+        if num_replicas == mine.num_replicas and rank == mine.rank and not self._resized(epoch):
+            mine.set_epoch(epoch)
+            return mine
+        other = MixtureSampler(
+            mine.sizes,
+            mine.weights,
+            mine.epoch_size,
+            num_replicas,
+            rank,
+            mine.shuffle,
+            mine.seed,
+            mine.drop_last,
+            mine.window,
+            mine.names,
+        )
+        other.load_state_dict({"epoch": epoch, "position": 0, "streams": self._streams_state()})
+        return other
+
+    # --- reading ------------------------------------------------------------------------
+
+    def _format_of(self, k: int) -> Format:
+        return self._make_format(
+            self.indexes[k], self.schemas[k], self.kinds_per_stream[k], self._lengths
+        )
+
+    def __iter__(self) -> Iterator[Any]:
+        info = get_worker_info()
+        worker, workers = (info.id, info.num_workers) if info is not None else (0, 0)
+        layout = self._layout(workers)
+        epoch = self.epoch
+        segments, skip = layout.worker_part(self._resume, epoch, self._mix.rank, worker)
+        self._position = skip
+        total = sum(b - a for *_, a, b in segments)
+        start = min(total, skip * layout.item)
+        root = layout.root(layout.base_of(self._resume, epoch))
+        step = self.batch_size or RECORD_STEP
+        formats = [self._format_of(k) for k in range(len(self.streams))]
+        readers = [
+            PlanReader(
+                idx,
+                fmt,
+                columns=self.columns,
+                storage_options=opts,
+                retry=self.retry,
+                read_threads=self.read_threads,
+                prefetch=self.prefetch,
+            )
+            for idx, fmt, opts in zip(self.indexes, formats, self.options)
+        ]
+        chunks = self._chunks(cut_segments(segments, start, total), root, epoch, readers, step)
+        items = (
+            (r for chunk in chunks for r in chunk)
+            if self.batch_size is None
+            else regroup(chunks, self.batch_size, self.pad)
+        )
+        for item in items:
+            self._position += 1
+            yield item
+
+    def _chunks(
+        self,
+        segments: list[Segment],
+        root: Layout,
+        epoch: int,
+        readers: list[PlanReader],
+        step: int,
+    ) -> Iterator[Any]:
+        """The segments' positions in order, as batches of at most `step` positions ending
+        at multiples of `step` from the start (record mode: lists of records)."""
+        done = 0
+        for rank, worker, a, b in segments:
+            planner = self._sampler_for(root.num_replicas, rank, epoch)
+            lo, _ = planner.worker_range(worker, max(1, root.num_workers), root.item)
+            part = planner.part(lo + a, lo + b)
+            ids = _Take(planner.stream_ids(lo + a, lo + b))
+            streams = [
+                _StreamRows(
+                    reader.parts([(p.plan, p.start, p.stop) for p in part.pieces[k]], step),
+                    reader.fmt,
+                    k,
+                    self.names[k],
+                    self.batch_size is not None,
+                )
+                for k, reader in enumerate(readers)
+            ]
+            try:
+                _start_all(streams)
+                left = b - a
+                while left > 0:
+                    n = min(left, step - done % step)
+                    yield _merge(ids.take(n), streams, self.batch_size is not None, self.pad)
+                    done, left = done + n, left - n
+            finally:
+                for s in streams:
+                    s.close()
+
+
+def _kind_text(kind: Kind) -> str:
+    if not kind.tensor:
+        return "a list"
+    shape = "(n, L)" if kind.shape is None else f"(n, {', '.join(map(str, kind.shape))})"
+    return f"a {kind.value} tensor {shape}".replace("(n, )", "(n,)")
+
+
+class _Take:
+    """Takes n values at a time from a stream of numpy arrays."""
+
+    def __init__(self, arrays: Iterator[np.ndarray]) -> None:
+        self._arrays, self._head = arrays, np.zeros(0, dtype=np.int64)
+
+    def take(self, n: int) -> np.ndarray:
+        parts = []
+        while n > 0:
+            if self._head.size == 0:
+                self._head = next(self._arrays)
+            parts.append(self._head[:n])
+            n -= parts[-1].size
+            self._head = self._head[parts[-1].size :]
+        return np.concatenate(parts) if len(parts) != 1 else parts[0]
+
+
+class _StreamRows:
+    """One stream's rows of a segment, in its reading order, taken n at a time: as a
+    batch (column -> tensor or list) or as records carrying the stream's name."""
+
+    def __init__(
+        self, parts: Iterator[Any], fmt: Format, index: int, name: str, batch: bool
+    ) -> None:
+        self._parts, self._fmt, self.index, self.name, self._batch = parts, fmt, index, name, batch
+        self._head: Any = None
+        self._rows = 0  # rows of _head not yet taken
+        self._at = 0
+
+    def start(self) -> None:
+        """Read up to the first part (started for every stream at once: see _start_all);
+        a stream with no rows in the segment has none."""
+        if self._head is None:
+            with contextlib.suppress(StopIteration):
+                self._next()
+
+    def _next(self) -> None:
+        part = next(self._parts, None)
+        if part is None:
+            raise StopIteration
+        if self._batch:
+            self._head = self._fmt.batch(part)
+            self._rows = len(next(iter(self._head.values()))) if self._head else 0
+        else:
+            self._head = list(self._fmt.records(part))
+            for record in self._head:
+                record[STREAM] = self.name
+            self._rows = len(self._head)
+        self._at = 0
+
+    def take(self, n: int) -> list[Any]:
+        """The next n rows as pieces (slices of parts), in order."""
+        out = []
+        while n > 0:
+            if self._head is None or self._at == self._rows:
+                try:
+                    self._next()
+                except StopIteration:
+                    raise RuntimeError(
+                        f"stream {self.name!r} ran out of records before its planned count"
+                    ) from None
+            m = min(n, self._rows - self._at)
+            sl = slice(self._at, self._at + m)
+            out.append({c: v[sl] for c, v in self._head.items()} if self._batch else self._head[sl])
+            self._at += m
+            n -= m
+        return out
+
+    def close(self) -> None:
+        close = getattr(self._parts, "close", None)
+        if close is not None:
+            close()
+
+
+def _start_all(streams: list[_StreamRows]) -> None:
+    """Start every stream's reads at once: the first part of each is read concurrently,
+    so no stream's first block waits for another's."""
+    if len(streams) == 1:
+        streams[0].start()
+        return
+    with ThreadPoolExecutor(max_workers=len(streams)) as pool:
+        for f in [pool.submit(s.start) for s in streams]:
+            f.result()
+
+
+def _merge(
+    ids: np.ndarray, streams: list[_StreamRows], batch: bool, pads: Mapping[str, Any]
+) -> Any:
+    """Rows of the streams at the positions `ids` names (stream index per position);
+    `pads`: pad values of plain list columns, whose streams' widths may differ."""
+    if not batch:
+        taken = {s.index: iter([r for p in s.take(int((ids == s.index).sum())) for r in p])
+                 for s in streams}  # fmt: skip
+        return [next(taken[k]) for k in ids.tolist()]
+    parts: dict[int, dict[str, Any]] = {}
+    for s in streams:
+        count = int((ids == s.index).sum())
+        if count:
+            pieces = s.take(count)
+            parts[s.index] = {c: _concat([p[c] for p in pieces], pads.get(c)) for c in pieces[0]}
+    names = list(next(iter(parts.values())))
+    out: dict[str, Any] = {}
+    for col in names:
+        out[col] = _scatter(ids, {k: p[col] for k, p in parts.items()}, pads.get(col))
+    out[STREAM] = torch.from_numpy(ids.astype(np.int64))
+    return out
+
+
+def _scatter(ids: np.ndarray, values: dict[int, Any], pad: Any = None) -> Any:
+    """One column of a merged batch: stream k's values at the positions where ids == k
+    (2-D tensors of a padded column padded to the widest first)."""
+    first = next(iter(values.values()))
+    if isinstance(first, torch.Tensor):
+        if pad is not None and first.dim() == 2:
+            width = max(v.shape[1] for v in values.values())
+            values = {
+                k: torch.nn.functional.pad(v, (0, width - v.shape[1]), value=pad)
+                for k, v in values.items()
+            }
+            first = next(iter(values.values()))
+        out = torch.empty((ids.size, *first.shape[1:]), dtype=first.dtype)
+        for k, v in values.items():
+            out[torch.from_numpy(np.flatnonzero(ids == k))] = v
+        return out
+    merged: list[Any] = [None] * ids.size
+    for k, v in values.items():
+        for i, x in zip(np.flatnonzero(ids == k).tolist(), v):
+            merged[i] = x
+    return merged
