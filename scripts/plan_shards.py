@@ -3,13 +3,16 @@
     plan_shards.py SOURCE --world-size R [--workers W] [--seed S] [--epoch E] [--drop-last]
                    [--save-index PATH] [--json] [--plot PNG] [--storage-options JSON]
     plan_shards.py --simulate-shards S --records-per-shard N --world-size R ...
+    plan_shards.py --stream NAME=SOURCE[:WEIGHT] [--stream ...] [--epoch-size E] --world-size R
 
 Indexes SOURCE (a directory, s3:// prefix, glob or saved index; S3 credentials and endpoint
 from the standard AWS variables such as AWS_ENDPOINT_URL, or --storage-options), then prints
 one row per rank: records, shards touched, bytes to read (the row groups or tar ranges that
 hold its records), with the balance (max/min) and the mixing metric (mean distinct shards in
 a batch of 64 consecutive records) of a sample of ranks. --simulate-shards plans a synthetic
-dataset of equal shards without touching storage.
+dataset of equal shards without touching storage. --stream plans a mixture (see
+scripts/plan_mixture.py): per stream, records per rank and epoch, passes per epoch and the
+epoch at which its current pass ends; SOURCE may be simulate:SHARDSxRECORDS.
 """
 
 from __future__ import annotations
@@ -25,6 +28,14 @@ from tqdm import tqdm
 
 from loader import ShardError, ShardIndex
 from sampler import ShardSampler, distinct_per_batch
+from sampler.epoch import epoch_line, rank_length
+
+try:  # run as scripts/plan_shards.py, or installed as shardstream_scripts.plan_shards
+    from plan_mixture import StreamArg, mixture_doc, parse_stream
+    from plan_plot import plot
+except ImportError:
+    from shardstream_scripts.plan_mixture import StreamArg, mixture_doc, parse_stream
+    from shardstream_scripts.plan_plot import plot
 
 MIXING_RANKS = 4  # ranks sampled for the mixing metric
 MIXING_RECORDS = 1 << 16  # records of each sampled rank it looks at
@@ -51,29 +62,59 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
     p.add_argument("--no-shuffle", action="store_true", help="plan storage order")
     p.add_argument("--save-index", metavar="PATH", help="write the index (JSON) here")
     p.add_argument("--json", action="store_true", help="print only JSON on stdout")
-    p.add_argument("--plot", metavar="PNG", help="draw per-rank records, bytes and shards")
+    p.add_argument(
+        "--plot", metavar="PNG", help="draw the epoch line (or a mixture's passes), per-rank bytes"
+    )
     p.add_argument("--storage-options", metavar="JSON", help="fsspec/s3fs options as JSON")
     p.add_argument("--simulate-shards", type=int, metavar="S", help="plan S synthetic shards")
     p.add_argument("--records-per-shard", type=int, metavar="N", help="with --simulate-shards")
+    p.add_argument(
+        "--stream",
+        action="append",
+        type=parse_stream,
+        metavar="NAME=SOURCE[:WEIGHT]",
+        help="a stream of a mixture (repeatable); SOURCE may be simulate:SHARDSxRECORDS",
+    )
+    p.add_argument("--epoch-size", type=int, metavar="E", help="a mixture's records an epoch")
     args = p.parse_args(argv)
-    if (args.source is None) == (args.simulate_shards is None):
-        p.error("give either SOURCE or --simulate-shards")
+    if args.stream:
+        if args.source is not None or args.simulate_shards is not None:
+            p.error("--stream plans a mixture: give no SOURCE or --simulate-shards with it")
+    elif (args.source is None) == (args.simulate_shards is None):
+        p.error("give either SOURCE, --simulate-shards or --stream")
+    elif args.epoch_size is not None:
+        p.error("--epoch-size applies to mixtures (--stream)")
     if args.simulate_shards is not None and not args.records_per_shard:
         p.error("--simulate-shards needs --records-per-shard")
-    for name in ("world_size", "workers", "simulate_shards", "records_per_shard"):
+    for name in ("world_size", "workers", "simulate_shards", "records_per_shard", "epoch_size"):
         value = getattr(args, name)
         if value is not None and value < 1:
             p.error(f"--{name.replace('_', '-')} must be >= 1, got {value}")
     return args
 
 
+def _options(args: argparse.Namespace) -> dict[str, Any] | None:
+    try:
+        return json.loads(args.storage_options) if args.storage_options else None
+    except json.JSONDecodeError as e:
+        raise ValueError(f"--storage-options is not valid JSON: {e}") from None
+
+
+def load_streams(args: argparse.Namespace) -> list[ShardIndex | None]:
+    """Each --stream's index (None for a simulated one)."""
+    streams: list[StreamArg] = args.stream
+    if args.save_index:
+        raise ValueError("--save-index saves one dataset's index: plan each stream alone")
+    return [
+        None if a.simulated is not None else ShardIndex.resolve(a.source, _options(args))
+        for a in tqdm(streams, desc="indexing streams", unit="stream", disable=args.json)
+    ]
+
+
 def load_index(args: argparse.Namespace) -> ShardIndex | None:
     if args.simulate_shards is not None:
         return None
-    try:
-        options = json.loads(args.storage_options) if args.storage_options else None
-    except json.JSONDecodeError as e:
-        raise ValueError(f"--storage-options is not valid JSON: {e}") from None
+    options = _options(args)
     with tqdm(desc="indexing shards", unit="shard", disable=args.json) as bar:
 
         def progress(done: int, total: int) -> None:
@@ -86,12 +127,14 @@ def load_index(args: argparse.Namespace) -> ShardIndex | None:
     return index
 
 
+def _sizes(args: argparse.Namespace, index: ShardIndex | None) -> Any:
+    if index is not None:
+        return index.shard_sizes
+    return np.full(args.simulate_shards, args.records_per_shard, dtype=np.int64)
+
+
 def plan_rows(args: argparse.Namespace, index: ShardIndex | None) -> tuple[list[RankRow], float]:
-    sizes: Any = (
-        index.shard_sizes
-        if index is not None
-        else np.full(args.simulate_shards, args.records_per_shard, dtype=np.int64)
-    )
+    sizes = _sizes(args, index)
     sampler = ShardSampler(
         sizes, args.world_size, 0, not args.no_shuffle, args.seed, args.drop_last
     )
@@ -140,13 +183,7 @@ def summary(
     }
 
 
-def print_table(doc: dict[str, Any]) -> None:
-    rows = doc["per_rank"]
-    print(
-        f"{doc['num_shards']:,} shards, {doc['num_records']:,} records over "
-        f"{doc['world_size']} ranks x {doc['workers']} workers "
-        f"(seed {doc['seed']}, epoch {doc['epoch']})"
-    )
+def print_ranks(rows: list[dict[str, Any]]) -> None:
     print(f"{'rank':>6} {'records':>14} {'shards':>8} {'bytes':>16}")
     shown = rows if len(rows) <= 64 else [*rows[:16], None, *rows[-16:]]
     for r in shown:
@@ -155,46 +192,68 @@ def print_table(doc: dict[str, Any]) -> None:
             continue
         b = "-" if r["bytes"] is None else f"{r['bytes']:,}"
         print(f"{r['rank']:>6} {r['records']:>14,} {r['shards']:>8,} {b:>16}")
+
+
+def print_table(doc: dict[str, Any]) -> None:
+    rows = doc["per_rank"]
+    print(
+        f"{doc['num_shards']:,} shards, {doc['num_records']:,} records over "
+        f"{doc['world_size']} ranks x {doc['workers']} workers "
+        f"(seed {doc['seed']}, epoch {doc['epoch']})"
+    )
+    print_ranks(rows)
     balance = "-" if doc["balance"] is None else f"{doc['balance']:.3f}"
     mixing = "-" if doc["mixing"] is None else f"{doc['mixing']:.2f}"
     print(f"balance (max/min records): {balance}; mixing (distinct shards per 64): {mixing}")
 
 
-def plot(doc: dict[str, Any], path: str) -> None:
-    try:
-        import matplotlib
+def print_mixture(doc: dict[str, Any]) -> None:
+    print(
+        f"{len(doc['streams'])} streams, {doc['epoch_size']:,} records an epoch over "
+        f"{doc['world_size']} ranks x {doc['workers']} workers "
+        f"(seed {doc['seed']}, epoch {doc['epoch']})"
+    )
+    print(
+        f"{'stream':>12} {'records':>14} {'shards':>9} {'weight':>10} {'per rank/epoch':>15} "
+        f"{'passes/epoch':>13} {'pass ends at epoch':>19}"
+    )
+    for s in doc["streams"]:
+        ends = "-" if s["pass_ends_epoch"] is None else f"{s['pass_ends_epoch']:,}"
+        print(
+            f"{s['name'][:12]:>12} {s['num_records']:>14,} {s['num_shards']:>9,} "
+            f"{s['weight']:>10,.4g} {s['records_per_rank']:>15,} {s['passes_per_epoch']:>13.3f} "
+            f"{ends:>19}"
+        )
+    print_ranks(doc["per_rank"])
 
-        matplotlib.use("Agg")
-        import matplotlib.pyplot as plt
-    except ImportError:
-        raise ValueError("--plot needs matplotlib: pip install 'shardstream[plot]'") from None
-    rows = doc["per_rank"]
-    ranks = [r["rank"] for r in rows]
-    fig, axes = plt.subplots(1, 3, figsize=(15, 4))
-    axes[0].bar(ranks, [r["records"] for r in rows])
-    axes[0].set(title="records per rank", xlabel="rank")
-    axes[1].bar(ranks, [r["bytes"] or 0 for r in rows])
-    axes[1].set(title="bytes to read per rank", xlabel="rank")
-    axes[2].hist([r["shards"] for r in rows], bins=min(50, max(1, len(rows))))
-    axes[2].set(title="shards touched per rank", xlabel="shards", ylabel="ranks")
-    fig.tight_layout()
-    fig.savefig(path)
-    plt.close(fig)
+
+def _line(args: argparse.Namespace, index: ShardIndex | None) -> tuple[np.ndarray, int]:
+    """The epoch line's shard ends and the records per rank, for the plot."""
+    sizes = index.shard_sizes if index is not None else _sizes(args, None)
+    line = epoch_line(sizes, args.seed, args.epoch, not args.no_shuffle)
+    return line.ends, rank_length(line.num_records, args.world_size, args.drop_last)
 
 
 def main(argv: list[str] | None = None) -> int:
     args = parse_args(argv)
     try:
-        index = load_index(args)
-        rows, mixing = plan_rows(args, index)
-        doc = summary(args, index, rows, mixing)
-        if args.plot:
-            plot(doc, args.plot)
+        if args.stream:
+            doc = mixture_doc(args, load_streams(args))
+            if args.plot:
+                plot(doc, args.plot, None)
+        else:
+            index = load_index(args)
+            rows, mixing = plan_rows(args, index)
+            doc = summary(args, index, rows, mixing)
+            if args.plot:
+                plot(doc, args.plot, _line(args, index))
     except (ValueError, FileNotFoundError, PermissionError, ShardError) as e:
         print(f"shardstream-plan: error: {e}", file=sys.stderr)
         return 2
     if args.json:
         print(json.dumps(doc))
+    elif args.stream:
+        print_mixture(doc)
     else:
         print_table(doc)
     return 0

@@ -92,7 +92,7 @@ def test_plot(capsys: pytest.CaptureFixture[str], dataset: str, tmp_path: Path) 
     ("argv", "message"),
     [
         (["/no/such/dir", "--world-size", "2"], "error: /no/such/dir: no such file"),
-        (["--world-size", "2"], "give either SOURCE or --simulate-shards"),
+        (["--world-size", "2"], "give either SOURCE, --simulate-shards or --stream"),
         (["--simulate-shards", "5", "--world-size", "2"], "needs --records-per-shard"),
         (["x", "--world-size", "0"], "--world-size must be >= 1, got 0"),
         (["x", "--world-size", "2", "--storage-options", "{"], "not valid JSON"),
@@ -119,3 +119,51 @@ def test_console_command_over_s3_with_aws_endpoint_url(s3: Any) -> None:
     assert doc["num_records"] == sum(SIZES)
     assert [r["records"] for r in doc["per_rank"]] == [32] * 4
     assert all(r["bytes"] > 0 for r in doc["per_rank"])
+
+
+def test_mixture_json_matches_the_sampler(
+    capsys: pytest.CaptureFixture[str], dataset: str, tmp_path: Path
+) -> None:
+    write_dataset(fsspec.filesystem("file"), str(tmp_path / "t"), "tar", sizes=[9, 4])
+    args = ["--stream", f"pq={dataset}:3", "--stream", f"tar={tmp_path / 't'}:1"]
+    doc = run_json(capsys, *args, "--epoch-size", "100", "--world-size", "2", "--workers", "2")
+    from sampler import MixtureSampler
+
+    m = MixtureSampler([SIZES, [9, 4]], [3.0, 1.0], 100, 2, 0, names=["pq", "tar"])
+    assert [s["records_per_rank"] for s in doc["streams"]] == list(m.counts) == [38, 12]
+    assert [s["pass_records_per_rank"] for s in doc["streams"]] == [63, 7]
+    pq_stream, tar_stream = doc["streams"]
+    assert pq_stream["passes_per_epoch"] == pytest.approx(38 / 63)
+    assert pq_stream["pass_ends_epoch"] == 1  # 63 records of the pass at 38 an epoch
+    assert tar_stream["pass_ends"][:3] == [0, 1, 1]  # 7-record passes at 12 an epoch
+    assert [r["records"] for r in doc["per_rank"]] == [50, 50]
+    assert all(sum(r["bytes_per_stream"]) == r["bytes"] > 0 for r in doc["per_rank"])
+    assert [r["records_per_stream"] for r in doc["per_rank"]] == [[38, 12]] * 2
+
+
+def test_mixture_table_simulation_and_plot(
+    capsys: pytest.CaptureFixture[str], tmp_path: Path
+) -> None:
+    png = tmp_path / "mix.png"
+    argv = ["--stream", "web=simulate:3000x1000:0.7", "--stream", "code=simulate:40x50:0.3"]
+    assert main([*argv, "--world-size", "8", "--epoch-size", "80000", "--plot", str(png)]) == 0
+    out = capsys.readouterr().out
+    assert "2 streams, 80,000 records an epoch over 8 ranks" in out
+    assert "code" in out and "7,000" in out  # 0.3 of the 10,000 per rank
+    assert png.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n" and png.stat().st_size > 10_000
+
+
+@pytest.mark.parametrize(
+    ("argv", "message"),
+    [
+        (["--stream", "web", "--world-size", "2"], "expected NAME=SOURCE[:WEIGHT]"),
+        (["--stream", "w=x:-1", "--world-size", "2"], "weight must be > 0"),
+        (["x", "--stream", "w=x", "--world-size", "2"], "give no SOURCE or --simulate-shards"),
+        (["x", "--epoch-size", "5", "--world-size", "2"], "--epoch-size applies to mixtures"),
+        (["--stream", "w=simulate:ax3", "--world-size", "2"], "not simulate:SHARDSxRECORDS"),
+    ],
+)
+def test_mixture_argument_errors(argv: list[str], message: str) -> None:
+    cmd = [sys.executable, str(REPO / "scripts" / "plan_shards.py"), *argv]
+    proc = subprocess.run(cmd, capture_output=True, text=True)
+    assert proc.returncode == 2 and message in proc.stderr and "Traceback" not in proc.stderr
