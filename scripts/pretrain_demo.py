@@ -1,16 +1,20 @@
-"""A small pretraining job on shardstream: torchrun, DDP, Parquet shards, resumable.
+"""A small pretraining job on shardstream: torchrun, DDP, a weighted mixture, resumable.
 
-    python scripts/pretrain_demo.py               # make a small dataset, run 2 ranks x 2 epochs
+    python scripts/pretrain_demo.py        # make two sources, mix them 3:1, 2 ranks x 2 epochs
     torchrun --nproc_per_node=4 scripts/pretrain_demo.py --data s3://bucket/tokens/
     python scripts/pretrain_demo.py --stop-after-steps 30   # "crash" mid-epoch ...
     python scripts/pretrain_demo.py --resume                # ... and continue from the checkpoint
 
-Without torchrun around it, the script generates its embedded default dataset (16 Parquet
-shards of token sequences, unless --data is given) and relaunches itself under torchrun with
+Without torchrun around it, the script generates its embedded default (two Parquet
+sources of token sequences, "prose" and "code", with distinguishable token
+distributions, unless --data names one source) and relaunches itself under torchrun with
 --nproc ranks (gloo on the CPU, NCCL when CUDA is present). Each rank trains a bigram model
-on its share of the records under DistributedDataParallel, calls set_epoch every epoch, and
-saves the loader's state with the model checkpoint. Per epoch it prints the throughput and
-checks, across ranks and resumes, that every record was seen exactly once.
+under DistributedDataParallel on the mixture (prose:code = 3:1, `loader.Stream` weights),
+calls set_epoch every epoch, and every --checkpoint-every steps saves the model, the
+optimizer and the loader's state. Per epoch it prints the throughput, each stream's
+records, and checks across ranks and resumes that every record was trained exactly once
+within its stream's pass (the records the plan assigns to the epoch, none lost, none
+repeated but by a stream's next pass).
 """
 
 from __future__ import annotations
@@ -34,16 +38,22 @@ from torch import nn
 from torch.nn.parallel import DistributedDataParallel
 from torch.utils.data import DataLoader
 
-from loader import StreamingDataset
+from loader import Stream, StreamingDataset
+from sampler import MixtureSampler
 
 VOCAB = 512
 SEQ = 33  # tokens per record: 32 inputs and their next tokens
 WORK = Path(tempfile.gettempdir()) / "shardstream-demo"
+# the embedded mixture: name -> (shards, records per shard, first token, weight, first id)
+SOURCES = {"prose": (16, 1000, 0, 3.0, 0), "code": (6, 500, VOCAB // 2, 1.0, 1_000_000)}
+EPOCH_SIZE = 16_000
 
 
 def parse_args() -> argparse.Namespace:
     p = argparse.ArgumentParser(description=__doc__.split("\n")[0] if __doc__ else None)
-    p.add_argument("--data", help="Parquet shards with columns id, tokens (default: generated)")
+    p.add_argument(
+        "--data", help="one source of Parquet shards with columns id, tokens (default: a mixture)"
+    )
     p.add_argument("--nproc", type=int, default=2, help="ranks when launching torchrun")
     p.add_argument("--epochs", type=int, default=2)
     p.add_argument("--batch-size", type=int, default=64)
@@ -52,23 +62,29 @@ def parse_args() -> argparse.Namespace:
     p.add_argument("--checkpoint", default=str(WORK / "checkpoint.pt"))
     p.add_argument("--resume", action="store_true", help="continue from --checkpoint")
     p.add_argument("--stop-after-steps", type=int, help="stop (as if failed) after N steps")
+    p.add_argument("--checkpoint-every", type=int, default=20, help="steps between checkpoints")
+    p.add_argument("--step-delay", type=float, default=0.0, help="sleep per step (a slower GPU)")
     p.add_argument("--storage-options", help="fsspec/s3fs options as JSON, for s3:// data")
+    p.add_argument("--mixture", help=argparse.SUPPRESS)  # the generated sources' folder
     return p.parse_args()
 
 
-def make_dataset(root: Path, shards: int = 16, per_shard: int = 1000) -> str:
-    """The embedded default: token sequences drawn from a fixed random bigram chain."""
+def make_source(root: Path, shards: int, per_shard: int, low: int, first_id: int) -> str:
+    """Token sequences drawn from a fixed random bigram chain over tokens
+    [low, low + VOCAB // 2): each source has its own tokens and its own chain."""
     root.mkdir(parents=True, exist_ok=True)
-    rng = np.random.default_rng(0)
-    nxt = rng.integers(0, VOCAB, size=(VOCAB, 4))  # each token has 4 likely successors
+    rng = np.random.default_rng(low)
+    half = VOCAB // 2
+    nxt = low + rng.integers(0, half, size=(VOCAB, 4))  # each token has 4 likely successors
     for k in range(shards):
         tokens = np.empty((per_shard, SEQ), dtype=np.int32)
-        tokens[:, 0] = rng.integers(0, VOCAB, per_shard)
+        tokens[:, 0] = low + rng.integers(0, half, per_shard)
         for t in range(1, SEQ):
             tokens[:, t] = nxt[tokens[:, t - 1], rng.integers(0, 4, per_shard)]
+        ids = np.arange(k * per_shard, (k + 1) * per_shard, dtype=np.int64) + first_id
         table = pa.table(
             {
-                "id": np.arange(k * per_shard, (k + 1) * per_shard, dtype=np.int64),
+                "id": ids,
                 "tokens": pa.FixedSizeListArray.from_arrays(tokens.ravel(), SEQ).cast(
                     pa.list_(pa.int32())
                 ),
@@ -78,14 +94,27 @@ def make_dataset(root: Path, shards: int = 16, per_shard: int = 1000) -> str:
     return str(root)
 
 
+def make_mixture(root: Path) -> str:
+    """The embedded default: the SOURCES, each in its own folder under `root`."""
+    for name, (shards, per_shard, low, _, first_id) in SOURCES.items():
+        make_source(root / name, shards, per_shard, low, first_id)
+    return str(root)
+
+
 def launch(args: argparse.Namespace) -> int:
     """Not under torchrun: prepare the data, then run this script under torchrun."""
     # generated beside the checkpoint: runs with their own checkpoint never share shards
-    data = args.data or make_dataset(Path(args.checkpoint).parent / "data")
-    print(f"data: {data}; launching {args.nproc} ranks with torchrun", flush=True)
+    data = args.data or make_mixture(Path(args.checkpoint).parent / "data")
+    what = (
+        "data"
+        if args.data
+        else "mixture "
+        + " + ".join(f"{n} ({data}/{n}, weight {w[3]:g})" for n, w in SOURCES.items())
+    )
+    print(f"{what}; launching {args.nproc} ranks with torchrun", flush=True)
     argv = [a for a in sys.argv[1:]]
     if not args.data:
-        argv += ["--data", data]
+        argv += ["--mixture", data]
     cmd = [
         sys.executable,
         "-m",
@@ -127,33 +156,37 @@ class Job:
         self.device = torch.device(f"cuda:{os.environ['LOCAL_RANK']}" if cuda else "cpu")
         torch.manual_seed(args.seed)
         options = json.loads(args.storage_options) if args.storage_options else None
-        self.ds = StreamingDataset(
-            args.data,
-            columns=["id", "tokens"],
-            batch_size=args.batch_size,
-            seed=args.seed,
-            storage_options=options,
-        )
+        common = {"columns": ["id", "tokens"], "batch_size": args.batch_size, "seed": args.seed}
+        if args.mixture:
+            streams = [
+                Stream(f"{args.mixture}/{name}", weight=w[3], name=name)
+                for name, w in SOURCES.items()
+            ]
+            self.ds = StreamingDataset(streams, epoch_size=EPOCH_SIZE, drop_last=True, **common)
+        else:
+            self.ds = StreamingDataset(args.data, storage_options=options, **common)
         self.model = DistributedDataParallel(Bigram().to(self.device))
         self.optim = torch.optim.AdamW(self.model.parameters(), lr=3e-3)
         self.loader = DataLoader(
             self.ds, batch_size=None, num_workers=args.workers, pin_memory=cuda
         )
         self.epoch, self.done, self.step = 0, 0, 0  # epoch, its batches done, total steps
-        self.seen: list[int] = []  # ids all ranks saw this epoch before a resume
+        self.seen: list[int] = []  # ids all ranks trained this epoch, up to the checkpoint
 
-    def save(self, seen: list[int]) -> None:
+    def save(self) -> None:
+        """Checkpoint (rank 0 writes it whole, then renames: a kill never leaves half)."""
         if self.rank == 0:
-            Path(self.args.checkpoint).parent.mkdir(parents=True, exist_ok=True)
-            loader = self.ds.consumed_state(self.done, self.args.workers)
+            path = Path(self.args.checkpoint)
+            path.parent.mkdir(parents=True, exist_ok=True)
             state = {
                 "model": self.model.module.state_dict(),
                 "optim": self.optim.state_dict(),
-                "loader": loader,  # {"epoch", "position": batches consumed, "num_workers"}
-                "seen": seen,
+                "loader": self.ds.consumed_state(self.done, self.args.workers),
+                "seen": self.seen,
                 "step": self.step,
             }
-            torch.save(state, self.args.checkpoint)
+            torch.save(state, path.with_suffix(".tmp"))
+            os.replace(path.with_suffix(".tmp"), path)
         dist.barrier()
 
     def resume(self) -> None:
@@ -176,18 +209,25 @@ class Job:
         return float(loss.item())
 
     def run(self) -> None:
-        stop = self.args.stop_after_steps
+        stop, every = self.args.stop_after_steps, self.args.checkpoint_every
         for epoch in range(self.epoch, self.args.epochs):
             self.ds.set_epoch(epoch)
             self.epoch = epoch
-            mine: list[int] = []
+            mine: list[int] = []  # this rank's ids since the last checkpoint
+            ran = 0
             t0, loss = time.perf_counter(), float("nan")
             for batch in self.loader:
                 loss = self.train_step(batch)
                 mine += batch["id"].tolist()
+                ran += len(batch["id"])
                 self.done, self.step = self.done + 1, self.step + 1
+                if self.args.step_delay:
+                    time.sleep(self.args.step_delay)
+                if (every and self.step % every == 0) or (stop and self.step >= stop):
+                    self.seen += gather_ids(mine)
+                    mine = []
+                    self.save()
                 if stop and self.step >= stop:
-                    self.save(self.seen + gather_ids(mine))
                     if self.rank == 0:
                         print(
                             f"stopping after {self.step} steps (epoch {epoch}, batch "
@@ -196,33 +236,85 @@ class Job:
                         )
                     return
             elapsed = time.perf_counter() - t0
-            ran = gather_ids(mine)  # this run's records, all ranks
-            everything = self.seen + ran  # the epoch's, across a resume
+            trained = self.seen + gather_ids(mine)  # the epoch's, across resumes
+            records = self.world * ran
             self.seen, self.done = [], 0
+            expected = planned_ids(self.ds, self.world, epoch)
             self.ds.set_epoch(epoch + 1)
-            self.save([])
+            self.save()
             if self.rank == 0:
-                expected = self.world * len(self.ds.sampler)  # padding included
-                report(epoch, len(ran), elapsed, loss, everything, expected, self.world)
+                padded = self.world * len(self.ds.sampler)  # a single source's, padding included
+                report(epoch, records, elapsed, loss, trained, expected, self.world, padded)
+
+
+def planned_ids(ds: StreamingDataset, world: int, epoch: int) -> dict[str, list[list[int]]]:
+    """Per stream of the mixture, the ids every rank's plan assigns to the epoch, grouped by
+    the stream's pass they belong to: the check's reference. A single source (--data, ids
+    of the user's own): {} (the check counts repeats against the padding instead)."""
+    sampler = ds.sampler
+    if not isinstance(sampler, MixtureSampler):
+        return {}
+    out: dict[str, dict[int, list[int]]] = {n: {} for n in sampler.names}
+    for r in range(world):
+        m = MixtureSampler(
+            sampler.sizes,
+            sampler.weights,
+            sampler.epoch_size,
+            world,
+            r,
+            sampler.shuffle,
+            sampler.seed,
+            sampler.drop_last,
+            sampler.window,
+            sampler.names,
+        )
+        m.set_epoch(epoch)
+        part = m.part(0, len(m))
+        for k, pieces in enumerate(part.pieces):
+            first = SOURCES[sampler.names[k]][4]
+            for piece in pieces:
+                group = out[sampler.names[k]].setdefault(piece.pass_index, [])
+                for chunk in piece.plan.chunks(piece.start, piece.stop):
+                    group += (first + m.offsets[k][chunk.shards] + chunk.rows).tolist()
+    return {name: list(groups.values()) for name, groups in out.items()}
 
 
 def report(
-    epoch: int, records: int, elapsed: float, loss: float, ids: list[int], expected: int, world: int
+    epoch: int,
+    records: int,
+    elapsed: float,
+    loss: float,
+    trained: list[int],
+    planned: dict[str, list[list[int]]],
+    world: int,
+    padded: int,
 ) -> None:
-    """Print the epoch's throughput and check that every record was seen exactly once
-    (records repeated only as padding, when the records do not split evenly over ranks)."""
-    counts = np.bincount(np.asarray(ids, dtype=np.int64))
-    n = int(np.count_nonzero(counts))
-    padding = expected - n
-    ok = len(ids) == expected and int((counts - 1).clip(min=0).sum()) == padding
-    verdict = f"every one of the {n:,} records seen exactly once" + (
-        f" (+{padding} padding repeats, as DistributedSampler pads)" if padding else ""
-    )
-    if not ok:
-        verdict = f"NOT exactly once: {len(ids):,} seen, {expected:,} expected"
+    """Print the epoch's throughput and per-stream records, and check that the records
+    trained (all ranks, across resumes) are exactly the planned ones, each once within its
+    stream's pass; for a single source, that only padding repeats (`padded`: the epoch's
+    records with padding)."""
+    if planned:
+        every = [i for groups in planned.values() for g in groups for i in g]
+        once = all(len(g) == len(set(g)) for groups in planned.values() for g in groups)
+        ok = once and sorted(trained) == sorted(every)
+        per_stream = {n: sum(len(g) for g in groups) for n, groups in planned.items()}
+        streams = " (" + ", ".join(f"{n} {c:,}" for n, c in per_stream.items()) + ")"
+        verdict = f"every one of the {len(every):,} records trained once within its stream's pass"
+        wrong = f"NOT exactly once: {len(trained):,} trained, {len(every):,} planned"
+    else:
+        counts = np.bincount(np.asarray(trained, dtype=np.int64))
+        n = int(np.count_nonzero(counts))
+        padding = padded - n
+        ok = len(trained) == padded and int((counts - 1).clip(min=0).sum()) == padding
+        streams = ""
+        verdict = f"every one of the {n:,} records seen exactly once" + (
+            f" (+{padding} padding repeats, as DistributedSampler pads)" if padding else ""
+        )
+        wrong = f"NOT exactly once: {len(trained):,} seen, {padded:,} expected"
     print(
-        f"epoch {epoch}: {records:,} records in {elapsed:.2f}s on {world} ranks "
-        f"({records / elapsed:,.0f} records/s), loss {loss:.3f}; {verdict}",
+        f"epoch {epoch}: {len(trained):,} records{streams} in {elapsed:.2f}s on {world} "
+        f"ranks ({records / elapsed:,.0f} records/s), loss {loss:.3f}; "
+        f"{verdict if ok else wrong}",
         flush=True,
     )
     if not ok:

@@ -1,15 +1,20 @@
-"""scripts/pretrain_demo.py: the README's main job, and its resume."""
+"""scripts/pretrain_demo.py: the README's main job (a 3:1 mixture of two sources), its resume,
+and a rank killed mid-epoch."""
 
 from __future__ import annotations
 
+import os
 import re
+import signal
 import subprocess
 import sys
+import time
 from pathlib import Path
 
 REPO = Path(__file__).resolve().parents[1]
 DEMO = REPO / "scripts" / "pretrain_demo.py"
-EPOCH = re.compile(r"^epoch (\d): ([\d,]+) records .* loss ([\d.]+); (.*)$", re.M)
+EPOCH = re.compile(r"^epoch (\d): ([\d,]+) records (\(.*?\) )?in .* loss ([\d.]+); (.*)$", re.M)
+ONCE = "every one of the 16,000 records trained once within its stream's pass"
 
 
 def run(*args: str) -> str:
@@ -20,13 +25,14 @@ def run(*args: str) -> str:
     return proc.stdout
 
 
-def test_default_run_two_ranks_two_epochs_exactly_once(tmp_path: Path) -> None:
+def test_default_run_two_ranks_two_epochs_of_the_mixture(tmp_path: Path) -> None:
     out = run("--checkpoint", str(tmp_path / "ckpt.pt"))
     epochs = EPOCH.findall(out)
     assert [e[0] for e in epochs] == ["0", "1"]
-    for _, records, _, verdict in epochs:
+    for _, records, streams, _, verdict in epochs:
         assert records == "16,000"
-        assert verdict == "every one of the 16,000 records seen exactly once"
+        assert streams == "(prose 12,000, code 4,000) "  # 3:1
+        assert verdict == ONCE
     assert (tmp_path / "ckpt.pt").exists()
 
 
@@ -38,7 +44,50 @@ def test_stop_and_resume_gives_the_uninterrupted_run(tmp_path: Path) -> None:
     resumed = run(*ckpt, "--resume")
     assert "resumed at epoch 0, batch 45" in resumed
     after = EPOCH.findall(resumed)
-    # the resumed run reads only what was left: 16,000 - 45 batches x 64 x 2 ranks
-    assert after[0][1] == f"{16_000 - 45 * 64 * 2:,}"
-    assert [a[3] for a in after] == [s[3] for s in straight]  # exactly once, across the stop
-    assert [a[2] for a in after] == [s[2] for s in straight]  # and the same training
+    assert [a[4] for a in after] == [s[4] for s in straight] == [ONCE, ONCE]
+    assert [a[3] for a in after] == [s[3] for s in straight]  # and the same training
+
+
+def _rank_pid(marker: str, local_rank: int) -> int | None:
+    """The pid of the torchrun worker with LOCAL_RANK `local_rank` whose command line holds
+    `marker` (read from /proc: a real process, killed from outside)."""
+    for entry in Path("/proc").iterdir():
+        if not entry.name.isdigit():
+            continue
+        try:
+            cmdline = (entry / "cmdline").read_bytes().replace(b"\0", b" ").decode()
+            environ = (entry / "environ").read_bytes().split(b"\0")
+        except OSError:
+            continue
+        if marker in cmdline and f"LOCAL_RANK={local_rank}".encode() in environ:
+            return int(entry.name)
+    return None
+
+
+def test_a_rank_killed_mid_epoch_resumes_from_the_last_checkpoint(tmp_path: Path) -> None:
+    ckpt = tmp_path / "ckpt.pt"
+    cmd = [sys.executable, str(DEMO), "--checkpoint", str(ckpt), "--epochs", "1"]
+    proc = subprocess.Popen(
+        [*cmd, "--step-delay", "0.05"],  # ~6 s an epoch: the kill lands mid-epoch
+        stdout=subprocess.PIPE,
+        stderr=subprocess.STDOUT,
+        text=True,
+    )
+    try:
+        deadline = time.monotonic() + 120
+        while not ckpt.exists():  # the first checkpoint: step 20 of 125
+            assert proc.poll() is None and time.monotonic() < deadline, "no checkpoint came"
+            time.sleep(0.05)
+        victim = _rank_pid(str(ckpt), 1)
+        assert victim is not None
+        os.kill(victim, signal.SIGKILL)
+        out, _ = proc.communicate(timeout=120)  # torchrun tears the group down: no hang
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+    assert proc.returncode != 0 and "epoch 0:" not in out  # it died before the epoch ended
+    resumed = run(*cmd[2:], "--resume")
+    start = re.search(r"resumed at epoch 0, batch (\d+)", resumed)
+    assert start is not None and int(start.group(1)) % 20 == 0 and int(start.group(1)) > 0
+    (epoch,) = EPOCH.findall(resumed)
+    assert epoch[4] == ONCE  # counting from the checkpoint: every record once in its pass
