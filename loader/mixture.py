@@ -31,6 +31,7 @@ import torch
 from torch.utils.data import IterableDataset, get_worker_info
 
 from sampler import DEFAULT_WINDOW, MixtureSampler, Topology
+from sampler.mixture_read import Taker
 from sampler.mixture_state import cursor_state
 from sampler.resume import Segment, cut_segments
 
@@ -338,7 +339,7 @@ class MixtureDataset(StreamingDataset):
             planner = self._sampler_for(root.num_replicas, rank, epoch)
             lo, _ = planner.worker_range(worker, max(1, root.num_workers), root.item)
             part = planner.part(lo + a, lo + b)
-            ids = _Take(planner.stream_ids(lo + a, lo + b))
+            ids = Taker(planner.stream_ids(lo + a, lo + b))
             streams = [
                 _StreamRows(
                     reader.parts([(p.plan, p.start, p.stop) for p in part.pieces[k]], step),
@@ -366,23 +367,6 @@ def _kind_text(kind: Kind) -> str:
         return "a list"
     shape = "(n, L)" if kind.shape is None else f"(n, {', '.join(map(str, kind.shape))})"
     return f"a {kind.value} tensor {shape}".replace("(n, )", "(n,)")
-
-
-class _Take:
-    """Takes n values at a time from a stream of numpy arrays."""
-
-    def __init__(self, arrays: Iterator[np.ndarray]) -> None:
-        self._arrays, self._head = arrays, np.zeros(0, dtype=np.int64)
-
-    def take(self, n: int) -> np.ndarray:
-        parts = []
-        while n > 0:
-            if self._head.size == 0:
-                self._head = next(self._arrays)
-            parts.append(self._head[:n])
-            n -= parts[-1].size
-            self._head = self._head[parts[-1].size :]
-        return np.concatenate(parts) if len(parts) != 1 else parts[0]
 
 
 class _StreamRows:

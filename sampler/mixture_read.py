@@ -14,7 +14,7 @@ import numpy.typing as npt
 
 from .plan import Plan
 
-__all__ = ["MixturePart", "PassPiece", "merge_streams", "piece_records"]
+__all__ = ["MixturePart", "PassPiece", "Taker", "merge_streams", "piece_records"]
 
 I64Array = npt.NDArray[np.int64]
 
@@ -59,7 +59,7 @@ def merge_streams(
 ) -> Iterator[tuple[I64Array, I64Array]]:
     """(stream ids, values) chunks: each chunk of `ids` filled, in order, with the next
     values of the stream it names; each stream must hold as many values as `ids` asks."""
-    takers = [_Taker(s) for s in streams]
+    takers = [Taker(s) for s in streams]
     for chunk in ids:
         out = np.empty(chunk.size, dtype=np.int64)
         for k, taker in enumerate(takers):
@@ -69,8 +69,8 @@ def merge_streams(
         yield chunk, out
 
 
-class _Taker:
-    """Takes records from a stream of arrays n at a time."""
+class Taker:
+    """Takes values from a stream of int64 arrays n at a time."""
 
     def __init__(self, arrays: Iterator[I64Array]) -> None:
         self._arrays, self._head = arrays, np.zeros(0, dtype=np.int64)
