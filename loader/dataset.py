@@ -10,6 +10,7 @@ import torch.distributed as dist
 from torch.utils.data import IterableDataset, get_worker_info
 
 from sampler import DEFAULT_WINDOW, ShardSampler, Topology
+from sampler.checks import IntLike, as_int
 from sampler.plan import Plan
 from sampler.resume import cut_segments
 
@@ -29,9 +30,7 @@ RECORD_STEP = 256  # record mode gathers this many rows at a time
 def _check_positive(name: str, value: object) -> int | None:
     if value is None:
         return None
-    if isinstance(value, bool) or not isinstance(value, int) or value < 1:
-        raise ValueError(f"{name} must be a positive int or None, got {value!r}")
-    return value
+    return as_int(name, value, 1, what="a positive int or None")
 
 
 def _shared_index(
@@ -84,6 +83,9 @@ class StreamingDataset(IterableDataset[Any]):
     Resume: `state_dict`, `consumed_state`, `load_state_dict` (see loader.state), also in
     another number of ranks or workers.
 
+    Integer arguments (seed, ranks, batch_size, window, read_threads, prefetch) take Python
+    ints or numpy integers, as torch does; bools, floats and other types raise ValueError.
+
     `set_epoch` reaches workers started earlier (``persistent_workers=True``): the epoch
     lives in a shared-memory tensor.
     """
@@ -94,24 +96,22 @@ class StreamingDataset(IterableDataset[Any]):
         *,
         columns: Sequence[str] | None = None,
         shuffle: bool = True,
-        seed: int = 0,
+        seed: IntLike = 0,
         drop_last: bool = False,
-        num_replicas: int | None = None,
-        rank: int | None = None,
-        batch_size: int | None = None,
+        num_replicas: IntLike | None = None,
+        rank: IntLike | None = None,
+        batch_size: IntLike | None = None,
         storage_options: dict[str, Any] | None = None,
-        window: int = DEFAULT_WINDOW,
+        window: IntLike = DEFAULT_WINDOW,
         decode: bool | Callable[[dict[str, Any]], dict[str, Any]] = False,
-        read_threads: int = 8,
-        prefetch: int = 1,
+        read_threads: IntLike = 8,
+        prefetch: IntLike = 1,
         retry: RetryPolicy | None = None,
     ) -> None:
         super().__init__()
         self.batch_size = _check_positive("batch_size", batch_size)
         self.read_threads = _check_positive("read_threads", read_threads) or 1
-        if isinstance(prefetch, bool) or not isinstance(prefetch, int) or prefetch < 0:
-            raise ValueError(f"prefetch must be an int >= 0 (blocks read ahead), got {prefetch!r}")
-        self.prefetch = prefetch
+        self.prefetch = as_int("prefetch", prefetch, 0, what="an int >= 0 (blocks read ahead)")
         topo = Topology.resolve(num_replicas, rank)
         self.storage_options = dict(storage_options or {})
         self.retry = retry or RetryPolicy()
@@ -141,9 +141,10 @@ class StreamingDataset(IterableDataset[Any]):
     def epoch(self) -> int:
         return int(self._epoch.item())
 
-    def set_epoch(self, epoch: int) -> None:
+    def set_epoch(self, epoch: IntLike) -> None:
         """Select the epoch; seen by DataLoader workers already running, too. Moving to
         another epoch drops a loaded resume state."""
+        epoch = as_int("epoch", epoch, 0)
         if epoch != self.epoch:
             self._resume, self._position = None, 0
         self.sampler.set_epoch(epoch)

@@ -7,13 +7,9 @@ from dataclasses import dataclass
 
 import torch.distributed as dist
 
+from .checks import IntLike, as_int
+
 __all__ = ["Topology"]
-
-
-def _check_int(name: str, value: object) -> int:
-    if isinstance(value, bool) or not isinstance(value, int):
-        raise ValueError(f"{name} must be an int, got {value!r} ({type(value).__name__})")
-    return value
 
 
 def _env_int(name: str) -> int | None:
@@ -31,14 +27,18 @@ def _env_int(name: str) -> int | None:
 
 @dataclass(frozen=True)
 class Topology:
-    """A rank inside a world of `world_size` ranks; always 0 <= rank < world_size."""
+    """A rank inside a world of `world_size` ranks; always 0 <= rank < world_size.
+
+    Both are Python ints: numpy integers are converted (torch takes them too); bools,
+    floats and other types raise ValueError quoting the value.
+    """
 
     rank: int
     world_size: int
 
     def __post_init__(self) -> None:
-        world = _check_int("num_replicas", self.world_size)
-        rank = _check_int("rank", self.rank)
+        world = as_int("num_replicas", self.world_size)
+        rank = as_int("rank", self.rank)
         if world < 1:
             raise ValueError(f"num_replicas must be >= 1, got {world}")
         if not 0 <= rank < world:
@@ -46,6 +46,8 @@ class Topology:
                 f"Invalid rank {rank}, rank should be in the interval [0, {world - 1}] "
                 f"(num_replicas={world})"
             )
+        object.__setattr__(self, "world_size", world)
+        object.__setattr__(self, "rank", rank)
 
     @classmethod
     def detect(cls) -> Topology:
@@ -57,10 +59,10 @@ class Topology:
         return cls(rank=0 if rank is None else rank, world_size=1 if world is None else world)
 
     @classmethod
-    def resolve(cls, num_replicas: int | None = None, rank: int | None = None) -> Topology:
+    def resolve(cls, num_replicas: IntLike | None = None, rank: IntLike | None = None) -> Topology:
         """Explicit values win; a None is filled from `detect()` (called at most once)."""
         if num_replicas is None or rank is None:
             found = cls.detect()
             num_replicas = found.world_size if num_replicas is None else num_replicas
             rank = found.rank if rank is None else rank
-        return cls(rank=rank, world_size=num_replicas)
+        return cls(rank=as_int("rank", rank), world_size=as_int("num_replicas", num_replicas))

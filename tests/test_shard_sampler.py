@@ -209,6 +209,24 @@ def test_bad_arguments_are_named(args: tuple, kwargs: dict, message: str) -> Non
         ShardSampler(*args, **kwargs)
 
 
+def test_numpy_integers_are_taken_as_torch_takes_them() -> None:
+    sizes = [7, 0, 12, 5]
+    plain = ShardSampler(sizes, 3, 1, seed=5, window=2)
+    numpy = ShardSampler(sizes, np.int64(3), np.int32(1), seed=np.int64(5), window=np.int32(2))
+    for epoch in (0, 1):
+        plain.set_epoch(epoch)
+        numpy.set_epoch(np.int64(epoch))
+        assert list(numpy) == list(plain) and len(numpy) == len(plain)
+    assert [type(v) for v in (numpy.num_replicas, numpy.rank, numpy.seed, numpy.window)] == [
+        int
+    ] * 4
+    json.dumps(numpy.state_dict())  # still plain ints
+    with pytest.raises(ValueError, match=r"seed must be an int >= .*, got 5\.0 \(float\)"):
+        ShardSampler(sizes, 1, 0, seed=5.0)
+    with pytest.raises(ValueError, match=r"window must be an int >= 1, got True \(bool\)"):
+        ShardSampler(sizes, 1, 0, window=True)
+
+
 def test_bad_plan_and_state_arguments_are_named() -> None:
     s = ShardSampler([5, 5], 1, 0)
     with pytest.raises(ValueError, match=r"worker must lie in \[0, 1\], got 2"):

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import numpy as np
 import pytest
 
 from sampler import Topology
@@ -34,6 +35,9 @@ def test_env_from_torchrun(monkeypatch: pytest.MonkeyPatch) -> None:
         ({"num_replicas": 2, "rank": -1}, r"Invalid rank -1"),
         ({"num_replicas": 2.0, "rank": 0}, r"num_replicas must be an int, got 2.0"),
         ({"num_replicas": 2, "rank": True}, r"rank must be an int, got True"),
+        ({"num_replicas": np.float64(2.0), "rank": 0}, r"num_replicas must be an int, got .*2\.0"),
+        ({"num_replicas": 2, "rank": np.bool_(True)}, r"rank must be an int, got .*True"),
+        ({"num_replicas": "2", "rank": 0}, r"num_replicas must be an int, got '2' \(str\)"),
     ],
 )
 def test_invalid_values_are_quoted(kwargs: dict, message: str) -> None:
@@ -49,3 +53,12 @@ def test_garbage_env_is_named(monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setenv("RANK", "5")
     with pytest.raises(ValueError, match=r"Invalid rank 5"):
         Topology.resolve()
+
+
+@pytest.mark.parametrize("kind", [np.int64, np.int32, np.uint8])
+def test_numpy_integers_are_taken_as_ints(kind: type) -> None:
+    topo = Topology.resolve(num_replicas=kind(2), rank=kind(1))
+    assert topo == Topology(rank=1, world_size=2)
+    assert type(topo.rank) is int and type(topo.world_size) is int
+    direct = Topology(rank=kind(0), world_size=kind(3))  # type: ignore[arg-type]
+    assert (type(direct.rank), type(direct.world_size)) == (int, int)
