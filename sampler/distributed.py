@@ -20,9 +20,10 @@ class DistributedSampler(_TorchDistributedSampler[T_co]):
 
     For the same arguments and epoch it yields exactly torch's indices and has torch's
     `len()`, because the index arithmetic *is* torch's (this class only chooses the
-    defaults). The difference: when `num_replicas` or `rank` is None and no process
-    group is initialized, they come from torchrun's WORLD_SIZE / RANK variables, else
-    1 and 0, instead of raising. Numpy integers are taken as torch
+    defaults). The difference: when both `num_replicas` and `rank` are None and no
+    process group is initialized, they come from torchrun's WORLD_SIZE / RANK variables,
+    else 1 and 0, instead of raising; `num_replicas` > 1 without `rank` there still
+    raises ValueError (every process would be rank 0). Numpy integers are taken as torch
     takes them (and stored as ints); bools, floats and other invalid values raise
     ValueError quoting them.
     """

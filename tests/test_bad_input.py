@@ -91,9 +91,14 @@ def test_zero_record_shards_are_valid(tmp_path: Path) -> None:
         ({"read_threads": 2.0}, r"read_threads must be a positive int or None, got 2\.0"),
         ({"window": np.float32(2)}, r"window must be an int >= 1, got .*2\.0"),
         ({"num_replicas": np.int64(2), "rank": 1.0}, r"rank must be an int, got 1\.0 \(float\)"),
+        ({"num_replicas": 2}, r"num_replicas=2 was given without rank.*or run under torchrun"),
     ],
 )
-def test_invalid_arguments_quote_the_value(tmp_path: Path, kwargs: dict, message: str) -> None:
+def test_invalid_arguments_quote_the_value(
+    tmp_path: Path, kwargs: dict, message: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.delenv("RANK", raising=False)  # outside torchrun
+    monkeypatch.delenv("WORLD_SIZE", raising=False)
     write_dataset(LOCAL, str(tmp_path), "parquet", sizes=[5])
     with pytest.raises(ValueError, match=message):
         StreamingDataset(str(tmp_path), **kwargs)

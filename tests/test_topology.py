@@ -4,8 +4,11 @@ from __future__ import annotations
 
 import numpy as np
 import pytest
+import torch.distributed as dist
 
-from sampler import Topology
+from sampler import DistributedSampler, ShardSampler, Topology
+
+from .conftest import free_port
 
 
 @pytest.fixture(autouse=True)
@@ -62,3 +65,38 @@ def test_numpy_integers_are_taken_as_ints(kind: type) -> None:
     assert type(topo.rank) is int and type(topo.world_size) is int
     direct = Topology(rank=kind(0), world_size=kind(3))  # type: ignore[arg-type]
     assert (type(direct.rank), type(direct.world_size)) == (int, int)
+
+
+def test_world_size_without_rank_outside_torchrun_is_refused(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    # every process would silently be rank 0 and read rank 0's records
+    with pytest.raises(ValueError, match=r"num_replicas=2 was given without rank.*pass rank"):
+        Topology.resolve(num_replicas=2)
+    with pytest.raises(ValueError, match=r"num_replicas=4 was given without rank"):
+        ShardSampler([10, 10], num_replicas=np.int64(4))
+    with pytest.raises(ValueError, match=r"num_replicas=2 was given without rank"):
+        DistributedSampler(list(range(10)), num_replicas=2)  # type: ignore[arg-type]
+    # one rank has only one possible rank; both None is rank 0 of 1
+    assert Topology.resolve(num_replicas=1) == Topology(rank=0, world_size=1)
+    assert Topology.resolve() == Topology(rank=0, world_size=1)
+    # torchrun's RANK is a rank: taken (an explicit num_replicas still wins)
+    monkeypatch.setenv("RANK", "1")
+    assert Topology.resolve(num_replicas=2) == Topology(rank=1, world_size=2)
+    # WORLD_SIZE without RANK: the same silent rank 0, refused
+    monkeypatch.delenv("RANK")
+    monkeypatch.setenv("WORLD_SIZE", "4")
+    with pytest.raises(ValueError, match=r"WORLD_SIZE=4 is set but RANK is not"):
+        Topology.resolve()
+    assert Topology.resolve(rank=3) == Topology(rank=3, world_size=4)
+
+
+def test_world_size_without_rank_takes_the_process_groups_rank() -> None:
+    dist.init_process_group(
+        "gloo", init_method=f"tcp://127.0.0.1:{free_port()}", rank=0, world_size=1
+    )
+    try:
+        assert Topology.resolve(num_replicas=3) == Topology(rank=0, world_size=3)
+        assert Topology.resolve() == Topology(rank=0, world_size=1)
+    finally:
+        dist.destroy_process_group()
