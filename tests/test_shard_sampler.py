@@ -325,3 +325,14 @@ def test_aligned_worker_cuts_fall_on_batch_boundaries(case: dict, align: int) ->
     )
     assert together == Counter(records(s))
     assert [len(s.plan(w, case["workers"], align)) for w in range(case["workers"])] == lengths
+
+
+@pytest.mark.parametrize("n", [65_537, 1_048_577])
+def test_one_large_shard_yields_every_record_exactly_once(n: int) -> None:
+    sampler = ShardSampler([n], 1, 0, seed=7, drop_last=True)
+    for epoch in (0, 1):
+        sampler.set_epoch(epoch)
+        got = np.fromiter(sampler, dtype=np.int64, count=len(sampler))
+        assert len(sampler) == n
+        assert np.array_equal(np.bincount(got, minlength=n), np.ones(n, dtype=np.int64))
+        assert not np.array_equal(got[:1000], np.arange(1000))  # shuffled, not storage order
