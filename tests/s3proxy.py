@@ -44,6 +44,7 @@ class CountingProxy:
         self.bytes_served = 0
         self.injected = {"slowdown": 0, "reset": 0}
         self.requests: list[tuple[str, str, int]] = []  # (method, path, body bytes)
+        self.faulted: list[tuple[str, str]] = []  # (fault, path) of each injected fault
         self._lock = threading.Lock()
         proxy = self
 
@@ -57,6 +58,9 @@ class CountingProxy:
                 length = int(self.headers.get("Content-Length") or 0)
                 body = self.rfile.read(length) if length else None
                 fault = proxy._draw() if self.command == "GET" else None
+                if fault is not None:
+                    with proxy._lock:
+                        proxy.faulted.append((fault, self.path))
                 if fault == "slowdown":
                     self._answer(503, _SLOWDOWN, {"Content-Type": "application/xml"})
                     return
