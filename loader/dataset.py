@@ -20,7 +20,7 @@ from .index import ShardIndex
 from .pipeline import PlanReader
 from .retry import RetryPolicy
 from .state import Layout, check_state
-from .storage import redact
+from .storage import UrlOrPath, redact
 
 __all__ = ["StreamingDataset"]
 
@@ -60,10 +60,11 @@ class StreamingDataset(IterableDataset[Any]):
     """Streams the records a ShardSampler assigns to this rank, from local or S3 shards.
 
     `source`: a directory, s3:// prefix, glob, list of URLs, a saved index (``*.json``) or a
-    ShardIndex. Rank and world size default as the sampler's. Each epoch (`set_epoch`) the
-    rank's records are those of ``ShardSampler(...).plan()``: inside a DataLoader with
-    `num_workers` W, worker w reads the w-th contiguous part of them, opening its own
-    filesystem; none is lost or read twice.
+    ShardIndex; local paths may be pathlib.Paths (os.PathLike), alone or in a list. Rank
+    and world size default as the sampler's. Each epoch (`set_epoch`) the rank's records
+    are those of ``ShardSampler(...).plan()``: inside a DataLoader with `num_workers` W,
+    worker w reads the w-th contiguous part of them, opening its own filesystem; none is
+    lost or read twice.
 
     Records: Parquet rows as ``{column: value}``; tar samples as webdataset's dicts
     (``__key__``, ``__url__``, one bytes entry per extension; `decode` may be True for
@@ -92,7 +93,7 @@ class StreamingDataset(IterableDataset[Any]):
 
     def __init__(
         self,
-        source: str | Sequence[str] | ShardIndex,
+        source: UrlOrPath | Sequence[UrlOrPath] | ShardIndex,
         *,
         columns: Sequence[str] | None = None,
         shuffle: bool = True,

@@ -19,6 +19,8 @@ from .retry import RetryPolicy, retrying
 from .shard import Shard
 from .storage import (
     FileEntry,
+    UrlOrPath,
+    as_url,
     entry_of,
     file_entry,
     filesystem,
@@ -91,7 +93,7 @@ class ShardIndex:
     @classmethod
     def build(
         cls,
-        source: str | Sequence[str],
+        source: UrlOrPath | Sequence[UrlOrPath],
         storage_options: dict[str, Any] | None = None,
         progress: Callable[[int, int], None] | None = None,
         retry: RetryPolicy | None = None,
@@ -102,8 +104,9 @@ class ShardIndex:
         shards (a second read where a footer is longer; the parsed footers stay cached in
         this process for reading), or one sequential pass over each tar's headers.
         `progress(done, total)` is called as shards are indexed; transient storage errors
-        are retried as `retry` says.
+        are retried as `retry` says. Paths (pathlib.Path) are taken as their strings.
         """
+        source = as_url(source)
         retry = retry or RetryPolicy()
         where = source if isinstance(source, str) else "the listed shards"
         entries = retrying(where, retry, lambda: _discover(source, storage_options))
@@ -167,14 +170,16 @@ class ShardIndex:
         schema = schema_from_b64(doc["schema"]) if doc.get("schema") else None
         return cls([Shard(**s) for s in doc["shards"]], schema)
 
-    def save(self, url: str, storage_options: dict[str, Any] | None = None) -> None:
+    def save(self, url: UrlOrPath, storage_options: dict[str, Any] | None = None) -> None:
         """Write the index as JSON to a local path or URL. It holds no credentials."""
+        url = as_url(url)
         fs, path = filesystem(url, storage_options)
         with fs.open(path, "w") as f:
             json.dump(self.to_json(), f)
 
     @classmethod
-    def load(cls, url: str, storage_options: dict[str, Any] | None = None) -> ShardIndex:
+    def load(cls, url: UrlOrPath, storage_options: dict[str, Any] | None = None) -> ShardIndex:
+        url = as_url(url)
         fs, path = filesystem(url, storage_options)
         try:
             with fs.open(path, "r") as f:
@@ -213,6 +218,7 @@ class ShardIndex:
         retry: RetryPolicy | None = None,
     ) -> ShardIndex:
         """A ShardIndex as given, a saved index (a path ending in .json), or a new build."""
+        source = as_url(source)
         if isinstance(source, ShardIndex):
             return source
         if isinstance(source, str) and source.endswith(INDEX_SUFFIXES):

@@ -10,13 +10,15 @@ from __future__ import annotations
 import os
 import re
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, overload
 
 import fsspec
 from fsspec.core import split_protocol, url_to_fs
 
 __all__ = [
     "FileEntry",
+    "UrlOrPath",
+    "as_url",
     "denied",
     "filesystem",
     "list_files",
@@ -27,6 +29,23 @@ __all__ = [
 ]
 
 _USERINFO = re.compile(r"(?<=://)[^/@\s]+@")
+
+UrlOrPath = str | os.PathLike[str]  # a URL, a local path, or a pathlib.Path
+
+
+@overload
+def as_url(source: UrlOrPath) -> str: ...
+@overload
+def as_url(source: object) -> Any: ...
+def as_url(source: object) -> Any:
+    """`source` with paths made strings: an os.PathLike (a pathlib.Path) by os.fspath, a
+    list or tuple of URLs and paths as a list of strings; anything else as it is (so the
+    caller's own check names it)."""
+    if isinstance(source, os.PathLike):
+        return os.fspath(source)
+    if isinstance(source, list | tuple) and any(isinstance(u, os.PathLike) for u in source):
+        return [os.fspath(u) if isinstance(u, os.PathLike) else u for u in source]
+    return source
 
 
 def redact(url: str) -> str:
