@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from collections.abc import Callable, Iterator, Sequence
+from collections.abc import Callable, Iterable, Iterator, Sequence
 from typing import Any
 
 import torch
@@ -31,6 +31,27 @@ def _check_positive(name: str, value: object) -> int | None:
     if value is None:
         return None
     return as_int(name, value, 1, what="a positive int or None")
+
+
+def _columns(columns: object) -> list[str] | None:
+    """The asked columns as a list: None for all, one str as one column (not its letters),
+    or an iterable of str; TypeError naming any other value."""
+    if columns is None:
+        return None
+    if isinstance(columns, str):
+        return [columns]
+    if isinstance(columns, bytes | bytearray) or not isinstance(columns, Iterable):
+        raise TypeError(
+            f"columns must be a column name or a list of names, got {columns!r} "
+            f"({type(columns).__name__})"
+        )
+    names = list(columns)
+    bad = [c for c in names if not isinstance(c, str)]
+    if bad:
+        raise TypeError(
+            f"columns must be names (str), got {bad[0]!r} ({type(bad[0]).__name__}) in {names!r}"
+        )
+    return names
 
 
 def _shared_index(
@@ -71,7 +92,7 @@ class StreamingDataset(IterableDataset[Any]):
     webdataset's basic decoders or a callable on the sample). With `batch_size` B it yields
     batches instead (use ``DataLoader(ds, batch_size=None)``): numeric and fixed-length
     list columns as tensors, others as lists; only the rank's last batch may be short.
-    `columns` selects Parquet columns or tar extensions.
+    `columns` selects Parquet columns or tar extensions: one name (a str) or a list of them.
 
     Reading: a block of `window` pieces (shard row ranges) is read and decoded by
     `read_threads` threads and joined there (Parquet: numeric columns copied into one
@@ -95,7 +116,7 @@ class StreamingDataset(IterableDataset[Any]):
         self,
         source: UrlOrPath | Sequence[UrlOrPath] | ShardIndex,
         *,
-        columns: Sequence[str] | None = None,
+        columns: str | Sequence[str] | None = None,
         shuffle: bool = True,
         seed: IntLike = 0,
         drop_last: bool = False,
@@ -116,8 +137,8 @@ class StreamingDataset(IterableDataset[Any]):
         topo = Topology.resolve(num_replicas, rank)
         self.storage_options = dict(storage_options or {})
         self.retry = retry or RetryPolicy()
+        self.columns = _columns(columns)
         self.index = _shared_index(source, self.storage_options, self.retry)
-        self.columns = None if columns is None else list(columns)
         self._check_columns()
         self.sampler = ShardSampler(
             self.index, topo.world_size, topo.rank, shuffle, seed, drop_last, window

@@ -149,6 +149,31 @@ def test_credentials_never_reach_logs_errors_or_saved_indexes(
     assert any("left out of the saved index" in r.getMessage() for r in caplog.records)
 
 
+@pytest.mark.parametrize("fmt", ["parquet", "tar"])
+def test_one_column_name_is_one_column_not_its_letters(tmp_path: Path, fmt: str) -> None:
+    write_dataset(LOCAL, str(tmp_path), fmt, sizes=[4, 3])
+    name = "id" if fmt == "parquet" else "txt"
+    ds = StreamingDataset(str(tmp_path), columns=name, shuffle=False)
+    assert ds.columns == [name]
+    records = list(ds)
+    assert len(records) == 7
+    assert all(set(r) - {"__key__", "__url__"} == {name} for r in records)
+
+
+@pytest.mark.parametrize(
+    ("columns", "message"),
+    [
+        (3, r"columns must be a column name or a list of names, got 3 \(int\)"),
+        (b"id", r"columns must be a column name or a list of names, got b'id' \(bytes\)"),
+        (["id", 2], r"columns must be names \(str\), got 2 \(int\) in \['id', 2\]"),
+    ],
+)
+def test_columns_that_are_not_names_are_refused(tmp_path: Path, columns: Any, message: str) -> None:
+    write_dataset(LOCAL, str(tmp_path), "parquet", sizes=[5])
+    with pytest.raises(TypeError, match=message):
+        StreamingDataset(str(tmp_path), columns=columns)
+
+
 def test_schema_mismatch_between_index_and_shard_columns(tmp_path: Path) -> None:
     pq.write_table(pa.table({"a": [1, 2]}), tmp_path / "x.parquet")
     with pytest.raises(ValueError, match=r"columns \['b'\] are not in the shards.*x.parquet"):
