@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from collections.abc import Callable, Iterable, Iterator, Sequence
+from collections.abc import Iterable, Iterator, Sequence
 from typing import Any
 
 import torch
@@ -15,6 +15,7 @@ from sampler.plan import Plan
 from sampler.resume import cut_segments
 
 from .batching import regroup
+from .decode import DecodeSpec, make_decoder
 from .formats import Format, format_for
 from .index import ShardIndex
 from .pipeline import PlanReader
@@ -88,8 +89,10 @@ class StreamingDataset(IterableDataset[Any]):
     lost or read twice.
 
     Records: Parquet rows as ``{column: value}``; tar samples as webdataset's dicts
-    (``__key__``, ``__url__``, one bytes entry per extension; `decode` may be True for
-    webdataset's basic decoders or a callable on the sample). With `batch_size` B it yields
+    (``__key__``, ``__url__``, one bytes entry per extension), decoded when `decode` says,
+    as webdataset's ``.decode(*specs)`` does: True for its basic handlers, an image spec
+    ("pil", "rgb8", "torchrgb", ...), a handler(key, data), or a list of them (checked
+    here: an unknown spec raises ValueError listing webdataset's). With `batch_size` B it yields
     batches instead (use ``DataLoader(ds, batch_size=None)``): numeric and fixed-length
     list columns as tensors, others as lists; only the rank's last batch may be short.
     `columns` selects Parquet columns or tar extensions: one name (a str) or a list of them.
@@ -125,7 +128,7 @@ class StreamingDataset(IterableDataset[Any]):
         batch_size: IntLike | None = None,
         storage_options: dict[str, Any] | None = None,
         window: IntLike = DEFAULT_WINDOW,
-        decode: bool | Callable[[dict[str, Any]], dict[str, Any]] = False,
+        decode: DecodeSpec = False,
         read_threads: IntLike = 8,
         prefetch: IntLike = 1,
         retry: RetryPolicy | None = None,
@@ -138,12 +141,13 @@ class StreamingDataset(IterableDataset[Any]):
         self.storage_options = dict(storage_options or {})
         self.retry = retry or RetryPolicy()
         self.columns = _columns(columns)
+        self.decode = decode
+        self._decoder = make_decoder(decode)  # checked here, not in a reader thread
         self.index = _shared_index(source, self.storage_options, self.retry)
         self._check_columns()
         self.sampler = ShardSampler(
             self.index, topo.world_size, topo.rank, shuffle, seed, drop_last, window
         )
-        self.decode = decode
         self._epoch = torch.zeros((), dtype=torch.int64).share_memory_()  # type: ignore[no-untyped-call]
         self._position = 0  # items yielded in this epoch by this object, in this process
         self._resume: dict[str, Any] | None = None  # the loaded state, until another epoch
@@ -240,12 +244,7 @@ class StreamingDataset(IterableDataset[Any]):
         name = self.index.format or "parquet"
         if name != "tar":
             return format_for(name, retry=self.retry)
-        decode = self.decode or None
-        if decode is True:
-            from webdataset.autodecode import Decoder, basichandlers
-
-            decode = Decoder([basichandlers])
-        return format_for("tar", decode=decode, retry=self.retry)
+        return format_for("tar", decode=self._decoder, retry=self.retry)
 
     def __iter__(self) -> Iterator[Any]:
         info = get_worker_info()
