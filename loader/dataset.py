@@ -103,7 +103,9 @@ class StreamingDataset(IterableDataset[Any]):
     while one is consumed, so memory holds about (1 + prefetch) decoded blocks. Each batch
     or record is gathered fresh from the block: what you keep pins no block. Transient
     storage errors (throttling, 5xx, dropped connections, timeouts) are retried as `retry`
-    says (a RetryPolicy: attempts and backoff); then the error names the shard.
+    says (a RetryPolicy: attempts, backoff and a deadline; s3fs and botocore retry once
+    below it unless storage_options say otherwise); then a ShardError names the shard and
+    the last cause, and the reads queued behind the failed one start nothing.
 
     Resume: `state_dict`, `consumed_state`, `load_state_dict` (see loader.state), also in
     another number of ranks or workers.
