@@ -73,13 +73,15 @@ class RetryPolicy:
     random wait in [0, min(max_delay, base_delay * 2**k)] ("full jitter").
 
     `deadline` (seconds, None for no bound) bounds the time one read spends retrying: no
-    try starts more than `deadline` seconds after its first failure, and the error then
-    says the deadline was reached. Each try is bounded by the storage's timeouts: on S3,
-    unless storage_options set their own, 5 s to connect and 10 s without a byte, and
-    botocore tries a request twice (loader.storage.s3_defaults); a try there takes at
-    most 2 x 10 + ~1 s of botocore's backoff. So with the defaults a dead endpoint is
-    reported within 21 + 15 + 21 = 57 s (a first try, the deadline, a last try); one that
-    refuses connections or answers 503 fails each try at once, well inside 15 s.
+    try starts more than `deadline` seconds after the read's first failure, and the error
+    then says the deadline was reached. Each try is bounded by the storage's timeouts: on
+    S3, unless storage_options set their own, botocore tries a request twice (~1 s of
+    backoff between) with 5 s to connect and 10 s without a byte
+    (loader.storage.s3_defaults), so a try against an endpoint that accepts no connection
+    ends within 11 s, against one that accepts and stays mute within 21 s. With the
+    defaults a dead endpoint is thus reported within 21 + 15 + 21 = 57 s (a first try, the
+    deadline, a last try); one that refuses connections or answers 503 fails each try at
+    once, and the attempts run out well inside the deadline.
     """
 
     max_attempts: int = 8

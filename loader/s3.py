@@ -31,3 +31,8 @@ class S3FileSystem(s3fs.S3FileSystem):  # type: ignore[misc]
                 )
             self.retries = retries
         super().__init__(*args, **kwargs)
+
+
+# one instance cache with s3fs's (instances are told apart by class in fsspec's token), so
+# ``s3fs.S3FileSystem.clear_instance_cache()`` drops ours too, with their listing caches
+S3FileSystem._cache = s3fs.S3FileSystem._cache

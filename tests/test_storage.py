@@ -7,6 +7,7 @@ import pickle
 from typing import Any
 
 import pytest
+import s3fs
 
 from loader.storage import filesystem
 
@@ -57,3 +58,10 @@ def test_aws_max_attempts_in_the_environment_is_left_to_botocore(
 def test_a_bad_s3fs_retries_option_is_named(s3: Any) -> None:
     with pytest.raises(ValueError, match=r"storage_options\['retries'\] must be an int >= 1"):
         filesystem("s3://bucket/key.parquet", {**s3.storage_options, "retries": 0})
+
+
+def test_clearing_s3fs_instance_cache_clears_ours(s3: Any) -> None:
+    fs, _ = filesystem("s3://bucket/key.parquet", s3.storage_options)
+    assert filesystem("s3://bucket/other.parquet", s3.storage_options)[0] is fs  # cached
+    s3fs.S3FileSystem.clear_instance_cache()  # what code that knows only s3fs calls
+    assert filesystem("s3://bucket/key.parquet", s3.storage_options)[0] is not fs
