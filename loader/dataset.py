@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from collections.abc import Callable, Iterator, Mapping, Sequence
+from collections.abc import Iterable, Iterator, Mapping, Sequence
 from typing import Any
 
 import torch
@@ -10,16 +10,19 @@ import torch.distributed as dist
 from torch.utils.data import IterableDataset, get_worker_info
 
 from sampler import DEFAULT_WINDOW, ShardSampler, Topology
+from sampler.checks import IntLike, as_int
 from sampler.plan import Plan
 from sampler.resume import cut_segments
 
 from .batching import regroup
+from .decode import DecodeSpec, make_decoder
 from .formats import Format, format_for
 from .index import ShardIndex
 from .kinds import kinds_of
 from .pipeline import PlanReader
 from .retry import RetryPolicy
 from .state import Layout, check_state
+from .storage import UrlOrPath
 from .streams import is_mixture
 
 __all__ = ["StreamingDataset"]
@@ -30,9 +33,28 @@ RECORD_STEP = 256  # record mode gathers this many rows at a time
 def _check_positive(name: str, value: object) -> int | None:
     if value is None:
         return None
-    if isinstance(value, bool) or not isinstance(value, int) or value < 1:
-        raise ValueError(f"{name} must be a positive int or None, got {value!r}")
-    return value
+    return as_int(name, value, 1, what="a positive int or None")
+
+
+def _columns(columns: object) -> list[str] | None:
+    """The asked columns as a list: None for all, one str as one column (not its letters),
+    or an iterable of str; TypeError naming any other value."""
+    if columns is None:
+        return None
+    if isinstance(columns, str):
+        return [columns]
+    if isinstance(columns, bytes | bytearray) or not isinstance(columns, Iterable):
+        raise TypeError(
+            f"columns must be a column name or a list of names, got {columns!r} "
+            f"({type(columns).__name__})"
+        )
+    names = list(columns)
+    bad = [c for c in names if not isinstance(c, str)]
+    if bad:
+        raise TypeError(
+            f"columns must be names (str), got {bad[0]!r} ({type(bad[0]).__name__}) in {names!r}"
+        )
+    return names
 
 
 def _shared_index(
@@ -62,21 +84,25 @@ class StreamingDataset(IterableDataset[Any]):
     """Streams the records a ShardSampler assigns to this rank, from local or S3 shards.
 
     `source`: a directory, s3:// prefix, glob, list of URLs, a saved index (``*.json``) or a
-    ShardIndex. Rank and world size default as the sampler's. Each epoch (`set_epoch`) the
-    rank's records are those of ``ShardSampler(...).plan()``: inside a DataLoader with
-    `num_workers` W, worker w reads the w-th contiguous part of them, opening its own
-    filesystem; none is lost or read twice.
+    ShardIndex; local paths may be pathlib.Paths (os.PathLike), alone or in a list. Rank
+    and world size default as the sampler's. Each epoch (`set_epoch`) the rank's records
+    are those of ``ShardSampler(...).plan()``: inside a DataLoader with `num_workers` W,
+    worker w reads the w-th contiguous part of them, opening its own filesystem; none is
+    lost or read twice.
 
     Records: Parquet rows as ``{column: value}``; tar samples as webdataset's dicts
-    (``__key__``, ``__url__``, one bytes entry per extension; `decode` may be True for
-    webdataset's basic decoders or a callable on the sample). With `batch_size` B it yields
+    (``__key__``, ``__url__``, one bytes entry per extension), decoded when `decode` says,
+    as webdataset's ``.decode(*specs)`` does: True for its basic handlers, an image spec
+    ("pil", "rgb8", "torchrgb", ...), a handler(key, data), or a list of them (checked
+    here: an unknown spec raises ValueError listing webdataset's). With `batch_size` B it yields
     batches instead (use ``DataLoader(ds, batch_size=None)``): numeric and fixed-length
     list columns as tensors, others as lists; only the rank's last batch may be short.
     A column's kind is decided once, from the schema (loader.kinds): nulls in float
     columns become NaN, in integer columns an error unless `fill_nulls` gives a value
     (``{"label": -1}``); plain list columns whose rows differ in length are an error unless
     `pad` gives a pad value (``{"tokens": 0}``: rows padded to each batch's longest).
-    `columns` selects Parquet columns (Hive partition keys included) or tar extensions.
+    `columns` selects Parquet columns (Hive partition keys included) or tar extensions:
+    one name (a str) or a list of them.
 
     Reading: a block of `window` pieces (shard row ranges) is read and decoded by
     `read_threads` threads and joined there (Parquet: numeric columns copied into one
@@ -84,10 +110,15 @@ class StreamingDataset(IterableDataset[Any]):
     while one is consumed, so memory holds about (1 + prefetch) decoded blocks. Each batch
     or record is gathered fresh from the block: what you keep pins no block. Transient
     storage errors (throttling, 5xx, dropped connections, timeouts) are retried as `retry`
-    says (a RetryPolicy: attempts and backoff); then the error names the shard.
+    says (a RetryPolicy: attempts, backoff and a deadline; s3fs and botocore retry once
+    below it unless storage_options say otherwise); then a ShardError names the shard and
+    the last cause, and the reads queued behind the failed one start nothing.
 
     Resume: `state_dict`, `consumed_state`, `load_state_dict` (see loader.state), also in
     another number of ranks or workers.
+
+    Integer arguments (seed, ranks, batch_size, window, read_threads, prefetch) take Python
+    ints or numpy integers, as torch does; bools, floats and other types raise ValueError.
 
     `set_epoch` reaches workers started earlier (``persistent_workers=True``): the epoch
     lives in a shared-memory tensor.
@@ -103,40 +134,33 @@ class StreamingDataset(IterableDataset[Any]):
 
     def __init__(
         self,
-        source: str | Sequence[str] | ShardIndex,
+        source: UrlOrPath | Sequence[UrlOrPath] | ShardIndex,
         *,
-        columns: Sequence[str] | None = None,
+        columns: str | Sequence[str] | None = None,
         shuffle: bool = True,
-        seed: int = 0,
+        seed: IntLike = 0,
         drop_last: bool = False,
-        num_replicas: int | None = None,
-        rank: int | None = None,
-        batch_size: int | None = None,
+        num_replicas: IntLike | None = None,
+        rank: IntLike | None = None,
+        batch_size: IntLike | None = None,
         storage_options: dict[str, Any] | None = None,
-        window: int = DEFAULT_WINDOW,
-        decode: bool | Callable[[dict[str, Any]], dict[str, Any]] = False,
-        read_threads: int = 8,
-        prefetch: int = 1,
+        window: IntLike = DEFAULT_WINDOW,
+        decode: DecodeSpec = False,
+        read_threads: IntLike = 8,
+        prefetch: IntLike = 1,
         retry: RetryPolicy | None = None,
         fill_nulls: Mapping[str, Any] | None = None,
         pad: Mapping[str, Any] | None = None,
     ) -> None:
         super().__init__()
-        self.batch_size = _check_positive("batch_size", batch_size)
-        self.read_threads = _check_positive("read_threads", read_threads) or 1
-        if isinstance(prefetch, bool) or not isinstance(prefetch, int) or prefetch < 0:
-            raise ValueError(f"prefetch must be an int >= 0 (blocks read ahead), got {prefetch!r}")
-        self.prefetch = prefetch
+        self._read_options(batch_size, columns, decode, read_threads, prefetch, retry, pad)
         topo = Topology.resolve(num_replicas, rank)
         self.storage_options = dict(storage_options or {})
-        self.retry = retry or RetryPolicy()
         self.index = _shared_index(source, self.storage_options, self.retry)
-        self.columns = None if columns is None else list(columns)
         # Parquet: the asked columns as every shard gives them (errors name the shard)
         self.schema = (
             None if self.index.format == "tar" else self.index.columns_schema(self.columns)
         )
-        self.pad = dict(pad or {})
         self.kinds = (
             kinds_of(self.schema, fill_nulls, pad)
             if self.schema is not None and self.batch_size is not None
@@ -145,18 +169,39 @@ class StreamingDataset(IterableDataset[Any]):
         self.sampler = ShardSampler(
             self.index, topo.world_size, topo.rank, shuffle, seed, drop_last, window
         )
-        self.decode = decode
         self._epoch = torch.zeros((), dtype=torch.int64).share_memory_()  # type: ignore[no-untyped-call]
         self._position = 0  # items yielded in this epoch by this object, in this process
         self._resume: dict[str, Any] | None = None  # the loaded state, until another epoch
+
+    def _read_options(
+        self,
+        batch_size: IntLike | None,
+        columns: str | Sequence[str] | None,
+        decode: DecodeSpec,
+        read_threads: IntLike,
+        prefetch: IntLike,
+        retry: RetryPolicy | None,
+        pad: Mapping[str, Any] | None,
+    ) -> None:
+        """The options every source of a dataset is read with, checked (ValueError or
+        TypeError naming the value) before any storage is touched."""
+        self.batch_size = _check_positive("batch_size", batch_size)
+        self.read_threads = _check_positive("read_threads", read_threads) or 1
+        self.prefetch = as_int("prefetch", prefetch, 0, what="an int >= 0 (blocks read ahead)")
+        self.retry = retry or RetryPolicy()
+        self.columns = _columns(columns)
+        self.decode = decode
+        self._decoder = make_decoder(decode)  # checked here, not in a reader thread
+        self.pad = dict(pad or {})
 
     @property
     def epoch(self) -> int:
         return int(self._epoch.item())
 
-    def set_epoch(self, epoch: int) -> None:
+    def set_epoch(self, epoch: IntLike) -> None:
         """Select the epoch; seen by DataLoader workers already running, too. Moving to
         another epoch drops a loaded resume state."""
+        epoch = as_int("epoch", epoch, 0)
         if epoch != self.epoch:
             self._resume, self._position = None, 0
         self.sampler.set_epoch(epoch)
@@ -248,12 +293,7 @@ class StreamingDataset(IterableDataset[Any]):
                 kinds=kinds,
                 lengths=lengths,
             )
-        decode = self.decode or None
-        if decode is True:
-            from webdataset.autodecode import Decoder, basichandlers
-
-            decode = Decoder([basichandlers])
-        return format_for("tar", decode=decode, retry=self.retry)
+        return format_for("tar", decode=self._decoder, retry=self.retry)
 
     def __iter__(self) -> Iterator[Any]:
         info = get_worker_info()

@@ -22,6 +22,8 @@ from .schemas import select_schema, unify_schemas
 from .shard import Shard
 from .storage import (
     FileEntry,
+    UrlOrPath,
+    as_url,
     file_entry,
     filesystem,
     list_files,
@@ -161,7 +163,7 @@ class ShardIndex:
     @classmethod
     def build(
         cls,
-        source: str | Sequence[str],
+        source: UrlOrPath | Sequence[UrlOrPath],
         storage_options: dict[str, Any] | None = None,
         progress: Callable[[int, int], None] | None = None,
         retry: RetryPolicy | None = None,
@@ -174,7 +176,9 @@ class ShardIndex:
         (decompressing a ``.tar.gz``). Below a directory, ``key=value`` folders of Parquet
         shards become partition columns (loader.partitions). `progress(done, total)` is
         called as shards are indexed; transient storage errors are retried as `retry` says.
+        Paths (pathlib.Path) are taken as their strings.
         """
+        source = as_url(source)
         retry = retry or RetryPolicy()
         where = source if isinstance(source, str) else "the listed shards"
         entries = retrying(where, retry, lambda: _discover(source, storage_options))
@@ -253,9 +257,10 @@ class ShardIndex:
         partitioning = schema_from_b64(parts) if parts else None
         return cls([Shard(**s) for s in doc["shards"]], schemas, partitioning)
 
-    def save(self, url: str, storage_options: dict[str, Any] | None = None) -> None:
+    def save(self, url: UrlOrPath, storage_options: dict[str, Any] | None = None) -> None:
         """Write the index as JSON to a local path or URL. It holds no credentials, and
         relative local shard paths are saved absolute (the index may be loaded elsewhere)."""
+        url = as_url(url)
         fs, path = filesystem(url, storage_options)
         doc = self.to_json()
         for shard in doc["shards"]:
@@ -265,7 +270,8 @@ class ShardIndex:
             json.dump(doc, f)
 
     @classmethod
-    def load(cls, url: str, storage_options: dict[str, Any] | None = None) -> ShardIndex:
+    def load(cls, url: UrlOrPath, storage_options: dict[str, Any] | None = None) -> ShardIndex:
+        url = as_url(url)
         fs, path = filesystem(url, storage_options)
         try:
             with fs.open(path, "r") as f:
@@ -304,6 +310,7 @@ class ShardIndex:
         retry: RetryPolicy | None = None,
     ) -> ShardIndex:
         """A ShardIndex as given, a saved index (a path ending in .json), or a new build."""
+        source = as_url(source)
         if isinstance(source, ShardIndex):
             return source
         if isinstance(source, str) and source.endswith(INDEX_SUFFIXES):

@@ -21,7 +21,7 @@ from __future__ import annotations
 
 import contextlib
 import os
-from collections.abc import Callable, Iterator, Mapping, Sequence
+from collections.abc import Iterator, Mapping, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from typing import Any
@@ -31,12 +31,14 @@ import torch
 from torch.utils.data import IterableDataset, get_worker_info
 
 from sampler import DEFAULT_WINDOW, MixtureSampler, Topology
+from sampler.checks import IntLike, as_int
 from sampler.mixture_read import Taker
 from sampler.mixture_state import cursor_state
 from sampler.resume import Segment, cut_segments
 
 from .batching import _concat, regroup
-from .dataset import RECORD_STEP, StreamingDataset, _check_positive, _shared_index
+from .dataset import RECORD_STEP, StreamingDataset, _shared_index
+from .decode import DecodeSpec
 from .formats import Format
 from .kinds import Kind, kinds_of
 from .pipeline import PlanReader
@@ -82,19 +84,19 @@ class MixtureDataset(StreamingDataset):
         self,
         streams: Sequence[Stream],
         *,
-        epoch_size: int | None = None,
-        columns: Sequence[str] | None = None,
+        epoch_size: IntLike | None = None,
+        columns: str | Sequence[str] | None = None,
         shuffle: bool = True,
-        seed: int = 0,
+        seed: IntLike = 0,
         drop_last: bool = False,
-        num_replicas: int | None = None,
-        rank: int | None = None,
-        batch_size: int | None = None,
+        num_replicas: IntLike | None = None,
+        rank: IntLike | None = None,
+        batch_size: IntLike | None = None,
         storage_options: dict[str, Any] | None = None,
-        window: int = DEFAULT_WINDOW,
-        decode: bool | Callable[[dict[str, Any]], dict[str, Any]] = False,
-        read_threads: int = 8,
-        prefetch: int = 1,
+        window: IntLike = DEFAULT_WINDOW,
+        decode: DecodeSpec = False,
+        read_threads: IntLike = 8,
+        prefetch: IntLike = 1,
         retry: RetryPolicy | None = None,
         fill_nulls: Mapping[str, Any] | None = None,
         pad: Mapping[str, Any] | None = None,
@@ -102,15 +104,8 @@ class MixtureDataset(StreamingDataset):
         IterableDataset.__init__(self)
         if not is_mixture(streams):
             raise ValueError(f"a mixture needs a non-empty list of Stream, got {streams!r}")
-        self.batch_size = _check_positive("batch_size", batch_size)
-        self.read_threads = _check_positive("read_threads", read_threads) or 1
-        if isinstance(prefetch, bool) or not isinstance(prefetch, int) or prefetch < 0:
-            raise ValueError(f"prefetch must be an int >= 0 (blocks read ahead), got {prefetch!r}")
-        self.prefetch = prefetch
+        self._read_options(batch_size, columns, decode, read_threads, prefetch, retry, pad)
         topo = Topology.resolve(num_replicas, rank)
-        self.retry = retry or RetryPolicy()
-        self.columns = None if columns is None else list(columns)
-        self.decode, self.pad = decode, dict(pad or {})
         self.streams = list(streams)
         self.names = [_name(s, k) for k, s in enumerate(self.streams)]
         dupes = sorted({n for n in self.names if self.names.count(n) > 1})
@@ -217,9 +212,10 @@ class MixtureDataset(StreamingDataset):
         root = self._root_state()
         return int(root.get("num_replicas", self._mix.num_replicas)) if root else 0
 
-    def set_epoch(self, epoch: int) -> None:
+    def set_epoch(self, epoch: IntLike) -> None:
         """Select the epoch (seen by persistent DataLoader workers too); another epoch than
         a loaded state's drops the state."""
+        epoch = as_int("epoch", epoch, 0)
         if epoch != self.epoch:
             self._resume, self._position = None, 0
         if not self._resized(epoch):

@@ -13,6 +13,7 @@ The dataset adapters (one source or a mixture of streams) decide which runs to r
 
 from __future__ import annotations
 
+import threading
 from collections.abc import Iterable, Iterator, Sequence
 from concurrent.futures import Future, ThreadPoolExecutor
 from typing import Any
@@ -29,6 +30,11 @@ from .storage import filesystem
 __all__ = ["PlanReader", "Run"]
 
 Run = tuple[Plan, int, int]  # records [start, stop) of a plan, in its reading order
+
+
+class _Stopped(Exception):
+    """A queued read not started: an earlier read failed (its error is the one raised,
+    since reads start in submission order and results are taken in that order)."""
 
 
 class PlanReader:
@@ -66,10 +72,17 @@ class PlanReader:
             return
         fs, _ = filesystem(self.index.shards[0].url, self.storage_options)
         done = 0
+        # set when a read fails or the consumer stops: reads still queued then start
+        # nothing, so the error arrives after the reads in flight, not after every
+        # prefetched one has spent its own retries (the pool's exit waits for them)
+        halt = threading.Event()
         with ThreadPoolExecutor(max_workers=self.read_threads) as pool:
-            for plan, a, b in runs:
-                yield from self._read_plan(plan, a, b, fs, pool, step, done)
-                done += b - a
+            try:
+                for plan, a, b in runs:
+                    yield from self._read_plan(plan, a, b, fs, pool, step, done, halt)
+                    done += b - a
+            finally:
+                halt.set()  # before the pool's exit waits for what it still holds
 
     def _read_plan(
         self,
@@ -80,6 +93,7 @@ class PlanReader:
         pool: ThreadPoolExecutor,
         step: int,
         done: int,
+        halt: threading.Event,
     ) -> Iterator[Any]:
         """Records [start, stop) of the plan, in parts as `parts` says (`done` records came
         before). While a block is consumed, the next `prefetch` blocks are already being
@@ -87,9 +101,15 @@ class PlanReader:
         fmt = self.fmt
 
         def read(piece: int) -> Any:
+            if halt.is_set():
+                raise _Stopped("an earlier read failed, or reading stopped")
             shard = self.index.shards[int(plan.shards[piece])]
             first, end = int(plan.starts[piece]), int(plan.stops[piece])
-            return fmt.read(fs, shard, first, end, self.columns)
+            try:
+                return fmt.read(fs, shard, first, end, self.columns)
+            except BaseException:
+                halt.set()
+                raise
 
         def join(parts: list[Future[Any]]) -> Any:
             # queued after its parts' reads, so those have started when this runs: no

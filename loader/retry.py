@@ -1,14 +1,17 @@
-"""Retries of storage reads: bounded attempts, exponential backoff with full jitter.
+"""Retries of storage reads: bounded attempts and time, exponential backoff, full jitter.
 
-s3fs and botocore retry some errors themselves; this layer sits above them so that what
-they give up on (a 503 storm, a connection reset mid-body, a timeout) is retried too, with
-a bound the user sets, and so that the final error names the shard and the last cause.
+This layer holds the retry budget of a read: s3fs and botocore are told to retry once at
+most of their own (see loader.storage.s3_defaults), and what they give up on (a 503
+storm, a connection reset mid-body, a timeout) is retried here, within `max_attempts`
+tries and `deadline` seconds, so that a dead endpoint gives an error naming the shard and
+the last cause in bounded time.
 """
 
 from __future__ import annotations
 
 import errno
 import logging
+import math
 import random
 import threading
 import time
@@ -66,19 +69,57 @@ _TRANSIENT_CODES = (
 
 @dataclass(frozen=True)
 class RetryPolicy:
-    """Up to `max_attempts` tries of each read; before try k+1 a random wait in
-    [0, min(max_delay, base_delay * 2**k)] ("full jitter")."""
+    """Up to `max_attempts` tries of each read (or index operation); before try k+1 a
+    random wait in [0, min(max_delay, base_delay * 2**k)] ("full jitter").
 
-    max_attempts: int = 5
+    `deadline` (seconds, None for no bound) bounds the time one read spends retrying: no
+    try starts more than `deadline` seconds after the read's first failure, and the error
+    then says the deadline was reached. Each try is bounded by the storage's timeouts: on
+    S3, unless storage_options set their own, botocore tries a request twice (~1 s of
+    backoff between) with 5 s to connect and 10 s without a byte
+    (loader.storage.s3_defaults), so a try against an endpoint that accepts no connection
+    ends within 11 s, against one that accepts and stays mute within 21 s. With the
+    defaults a dead endpoint is thus reported within 21 + 15 + 21 = 57 s (a first try, the
+    deadline, a last try); one that refuses connections or answers 503 fails each try at
+    once, and the attempts run out well inside the deadline.
+    """
+
+    max_attempts: int = 8
     base_delay: float = 0.1
     max_delay: float = 5.0
+    deadline: float | None = 15.0
 
     def __post_init__(self) -> None:
-        if self.max_attempts < 1 or self.base_delay < 0 or self.max_delay < 0:
-            raise ValueError(f"invalid retry policy {self}: attempts >= 1, delays >= 0")
+        bad_deadline = self.deadline is not None and not 0 < self.deadline < math.inf
+        if self.max_attempts < 1 or self.base_delay < 0 or self.max_delay < 0 or bad_deadline:
+            raise ValueError(
+                f"invalid retry policy {self}: max_attempts >= 1, delays >= 0, "
+                "deadline a number of seconds > 0 or None"
+            )
 
     def delay(self, attempt: int) -> float:
         return random.uniform(0, min(self.max_delay, self.base_delay * 2**attempt))
+
+    def out_of_time(self, first_failure: float, wait: float) -> bool:
+        """Whether a try after waiting `wait` more seconds would start more than
+        `deadline` seconds after `first_failure` (a time.monotonic())."""
+        elapsed = time.monotonic() - first_failure
+        return self.deadline is not None and elapsed + wait > self.deadline
+
+
+def _gave_up(
+    what: str, policy: RetryPolicy, attempts: int, started: float, error: BaseException
+) -> str:
+    """The end of a ShardError message: why retrying stopped, and the last cause."""
+    if attempts >= policy.max_attempts:
+        why = f"still failing after {attempts} attempts"
+    else:
+        why = (
+            f"retry deadline of {policy.deadline:g} s reached ({attempts} attempts, "
+            f"{time.monotonic() - started:.1f} s since the first failure; "
+            "RetryPolicy(deadline=...) allows more)"
+        )
+    return f"{redact(what)}: {why}; last error: {type(error).__name__}: {redact(str(error))}"
 
 
 def is_transient(e: BaseException) -> bool:
@@ -100,20 +141,20 @@ def is_transient(e: BaseException) -> bool:
 
 
 def retrying(what: str, policy: RetryPolicy, fn: Callable[[], T]) -> T:
-    """fn() until it succeeds, a permanent error, or the policy's last attempt. `what`
-    names the shard or URL for the log and the final error."""
+    """fn() until it succeeds, a permanent error, the policy's last attempt or its
+    deadline. `what` names the shard or URL for the log and the final ShardError."""
+    first_failure: float | None = None
     for attempt in range(policy.max_attempts):
         try:
             return fn()
         except Exception as e:
             if not is_transient(e):
                 raise
-            if attempt + 1 == policy.max_attempts:
-                raise ShardError(
-                    f"{redact(what)}: still failing after {policy.max_attempts} attempts; "
-                    f"last error: {type(e).__name__}: {redact(str(e))}"
-                ) from e
+            if first_failure is None:
+                first_failure = time.monotonic()
             wait = policy.delay(attempt)
+            if attempt + 1 == policy.max_attempts or policy.out_of_time(first_failure, wait):
+                raise ShardError(_gave_up(what, policy, attempt + 1, first_failure, e)) from e
             log.warning(
                 "%s: %s (attempt %d, retrying in %.2fs)", redact(what), e, attempt + 1, wait
             )
@@ -149,10 +190,12 @@ def read_ranges(
 ) -> list[bytes]:
     """Bytes [starts[i], ends[i]) of urls[i], concurrently where the filesystem can
     (loader.storage.cat_ranges), each range resumed from the last byte that arrived when a
-    request fails or comes back short. Raises ShardError naming the URL after
-    `policy.max_attempts` failed tries of a block, FileNotFoundError / PermissionError at once.
-    With `indexed` (each file's size and version in the index), a file that is no longer
-    that version raises StaleIndexError instead of giving its new bytes."""
+    request fails or comes back short. Raises ShardError naming the URL, the byte range
+    and the last cause when a block has failed `policy.max_attempts` tries or the
+    policy's deadline has passed since the read first failed; FileNotFoundError /
+    PermissionError at once. With `indexed` (each file's size and version in the index),
+    a file that is no longer that version raises StaleIndexError instead of giving its new
+    bytes."""
     # blocks: (range index, start, end) still to fetch; parts[i] collects range i's bytes
     todo = [
         (i, b, min(b + BLOCK, e))
@@ -161,6 +204,7 @@ def read_ranges(
     ]
     parts: list[dict[int, bytes]] = [{} for _ in urls]
     failures: dict[tuple[int, int], int] = {}
+    first_failure = math.inf  # time.monotonic() when a try first failed
     while todo:
         got = cat_ranges(
             fs,
@@ -170,22 +214,28 @@ def read_ranges(
             None if indexed is None else [indexed[i] for i, _, _ in todo],
         )
         retry = []
+        last: tuple[int, int, int, BaseException] | None = None  # this round's last failure
         count_fetched(sum(len(d) for d in got if isinstance(d, bytes)))
         for (i, b, e), data in zip(todo, got):
-            if isinstance(data, BaseException):
-                _check(urls[i], (i, b), e, data, failures, policy)
+            if isinstance(data, BaseException) or not data:
+                error = data if isinstance(data, BaseException) else EOFError(f"no bytes at {b}")
+                first_failure = min(first_failure, time.monotonic())
+                _check(urls[i], (i, b), e, error, failures, policy, first_failure)
+                last = (i, b, e, error)
                 retry.append((i, b, e))
             elif len(data) < e - b:  # short: keep what came, ask for the rest
-                if data:
-                    parts[i][b] = data
-                else:
-                    empty = EOFError(f"no bytes at offset {b}")
-                    _check(urls[i], (i, b), e, empty, failures, policy)
+                parts[i][b] = data
                 retry.append((i, b + len(data), e))
             else:
                 parts[i][b] = data[: e - b]
         if retry:
-            time.sleep(policy.delay(max(failures.values(), default=1) - 1))
+            wait = policy.delay(max(failures.values(), default=1) - 1)
+            if last is not None and policy.out_of_time(first_failure, wait):
+                i, b, e, error = last
+                where = f"{urls[i]}: bytes [{b}, {e})"
+                tries = failures[(i, b)]
+                raise ShardError(_gave_up(where, policy, tries, first_failure, error)) from error
+            time.sleep(wait)
         todo = retry
     return [b"".join(p[k] for k in sorted(p)) for p in parts]
 
@@ -197,6 +247,7 @@ def _check(
     error: BaseException,
     failures: dict[tuple[int, int], int],
     policy: RetryPolicy,
+    first_failure: float,
 ) -> None:
     """Count a failed try of `block` (range index, first byte); raise when the error is
     permanent or the block is out of attempts."""
@@ -214,7 +265,6 @@ def _check(
     failures[block] = n = failures.get(block, 0) + 1
     if n >= policy.max_attempts:
         raise ShardError(
-            f"{redact(url)}: bytes [{b}, {e}) still failing after {n} attempts; "
-            f"last error: {type(error).__name__}: {redact(str(error))}"
+            _gave_up(f"{url}: bytes [{b}, {e})", policy, n, first_failure, error)
         ) from error
     log.warning("%s: bytes [%d, %d): %s (attempt %d)", redact(url), b, e, error, n)

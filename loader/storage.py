@@ -12,28 +12,48 @@ import os
 import re
 from collections.abc import Sequence
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, overload
 
 import fsspec
 from fsspec.asyn import sync
-from fsspec.core import url_to_fs
+from fsspec.core import split_protocol, url_to_fs
 from fsspec.implementations.local import LocalFileSystem
 
 from .errors import StaleIndexError
 
 __all__ = [
     "FileEntry",
+    "UrlOrPath",
+    "as_url",
     "cat_ranges",
     "check_version",
     "denied",
     "filesystem",
     "list_files",
     "redact",
+    "s3_defaults",
     "strip_credentials",
     "version_of",
 ]
 
 _USERINFO = re.compile(r"(?<=://)[^/@\s]+@")
+
+UrlOrPath = str | os.PathLike[str]  # a URL, a local path, or a pathlib.Path
+
+
+@overload
+def as_url(source: UrlOrPath) -> str: ...
+@overload
+def as_url(source: object) -> Any: ...
+def as_url(source: object) -> Any:
+    """`source` with paths made strings: an os.PathLike (a pathlib.Path) by os.fspath, a
+    list or tuple of URLs and paths as a list of strings; anything else as it is (so the
+    caller's own check names it)."""
+    if isinstance(source, os.PathLike):
+        return os.fspath(source)
+    if isinstance(source, list | tuple) and any(isinstance(u, os.PathLike) for u in source):
+        return [os.fspath(u) if isinstance(u, os.PathLike) else u for u in source]
+    return source
 
 
 def redact(url: str) -> str:
@@ -57,11 +77,52 @@ def denied(url: str, error: BaseException) -> PermissionError:
     )
 
 
+# What s3fs and botocore get unless storage_options say otherwise: the retries of one
+# read belong to loader.retry (one budget, one deadline), so the layers below it retry once.
+S3_RETRIES = 1  # s3fs: tries of each call (its wrapper nests: more would multiply)
+S3_TOTAL_ATTEMPTS = 2  # botocore: the request and one retry (a stale pooled connection)
+S3_CONNECT_TIMEOUT = 5.0  # seconds to open a connection (s3fs's own default)
+S3_READ_TIMEOUT = 10.0  # seconds without a byte from an open connection (s3fs's: 15)
+
+
+def s3_defaults(storage_options: dict[str, Any] | None) -> dict[str, Any]:
+    """storage_options for S3 with our defaults filled in where the user set nothing:
+    ``retries`` (tries of each call by s3fs; see loader.s3), botocore's
+    ``config_kwargs["retries"]`` attempts (left alone too when AWS_MAX_ATTEMPTS is set)
+    and its ``connect_timeout`` and ``read_timeout``.
+
+    Without this, s3fs's 5 tries (nested: a ranged read wraps a call that also retries)
+    times botocore's own attempts times ours made a dead endpoint take minutes to report.
+    """
+    options = dict(storage_options or {})
+    options.setdefault("retries", S3_RETRIES)
+    config = dict(options.get("config_kwargs") or {})
+    retries = dict(config.get("retries") or {})
+    if not {"total_max_attempts", "max_attempts"} & set(retries) and not os.environ.get(
+        "AWS_MAX_ATTEMPTS"
+    ):
+        retries["total_max_attempts"] = S3_TOTAL_ATTEMPTS
+    if retries:
+        config["retries"] = retries
+    config.setdefault("connect_timeout", S3_CONNECT_TIMEOUT)
+    config.setdefault("read_timeout", S3_READ_TIMEOUT)
+    options["config_kwargs"] = config
+    return options
+
+
 def filesystem(url: str, storage_options: dict[str, Any] | None = None) -> tuple[Any, str]:
     """(filesystem, path) for a URL; s3:// URLs use s3fs's options, e.g.
     ``{"client_kwargs": {"endpoint_url": ...}}``, and otherwise the standard AWS variables
-    (AWS_ENDPOINT_URL, AWS_ACCESS_KEY_ID, ...)."""
+    (AWS_ENDPOINT_URL, AWS_ACCESS_KEY_ID, ...). For s3:// the retry and timeout settings
+    the options leave out are filled in by `s3_defaults`, and `retries` (tries of each
+    call by s3fs) is an option too (loader.s3)."""
     try:
+        if split_protocol(str(url))[0] in ("s3", "s3a"):
+            from .s3 import S3FileSystem  # s3fs is imported for S3 URLs only
+
+            options = {**S3FileSystem._get_kwargs_from_urls(url), **s3_defaults(storage_options)}
+            s3 = S3FileSystem(**options)
+            return s3, str(s3._strip_protocol(url))
         fs, path = url_to_fs(url, **(storage_options or {}))
     except (ImportError, ValueError) as e:
         raise ValueError(f"cannot open {redact(url)}: {e}") from e

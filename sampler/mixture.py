@@ -25,13 +25,13 @@ import numpy as np
 import numpy.typing as npt
 from torch.utils.data import Sampler
 
+from .checks import IntLike
 from .epoch import EpochLine, epoch_line, rank_length, worker_span
 from .mixture_args import (
     Shards,
     check_names,
     check_streams,
     check_weights,
-    opt_int,
     stream_seed,
     stream_sizes,
 )
@@ -74,20 +74,20 @@ class MixtureSampler(Sampler[tuple[int, int]]):
         self,
         streams: Sequence[Shards],
         weights: Sequence[float] | None = None,
-        epoch_size: int | None = None,
-        num_replicas: int | None = None,
-        rank: int | None = None,
+        epoch_size: IntLike | None = None,
+        num_replicas: IntLike | None = None,
+        rank: IntLike | None = None,
         shuffle: bool = True,
-        seed: int = 0,
+        seed: IntLike = 0,
         drop_last: bool = False,
-        window: int = DEFAULT_WINDOW,
+        window: IntLike = DEFAULT_WINDOW,
         names: Sequence[str] | None = None,
     ) -> None:
         if isinstance(streams, str | bytes) or len(streams) == 0:
             raise ValueError(f"a mixture needs at least one stream, got {streams!r}")
         self.names = check_names(names, len(streams))
         self.sizes = [stream_sizes(s, n) for s, n in zip(streams, self.names)]
-        topo = Topology.resolve(opt_int(num_replicas), opt_int(rank))
+        topo = Topology.resolve(num_replicas, rank)
         self.num_replicas, self.rank = topo.world_size, topo.rank
         self.shuffle, self.drop_last = bool(shuffle), bool(drop_last)
         self.seed = _check_flag("seed", seed, -(2**63))

@@ -19,7 +19,6 @@ __all__ = [
     "check_names",
     "check_streams",
     "check_weights",
-    "opt_int",
     "stream_seed",
     "stream_sizes",
 ]
@@ -36,10 +35,6 @@ def stream_seed(seed: int, name: str) -> int:
     data = name.encode("utf-8")
     words = [int.from_bytes(data[i : i + 8], "little") for i in range(0, len(data), 8)]
     return derive_key(seed, TAG_STREAM, len(data), *words)
-
-
-def opt_int(value: int | None) -> int | None:
-    return int(value) if isinstance(value, np.integer) else value
 
 
 def check_names(names: Sequence[str] | None, count: int) -> list[str]:

@@ -9,6 +9,7 @@ import numpy as np
 import numpy.typing as npt
 from torch.utils.data import Sampler
 
+from .checks import IntLike, as_int
 from .epoch import rank_length, worker_span
 from .plan import Plan, all_plans, build_plan
 from .topology import Topology
@@ -42,9 +43,7 @@ def _sizes_of(shards: Sequence[int] | HasShardSizes | npt.ArrayLike) -> npt.NDAr
 
 
 def _check_flag(name: str, value: object, minimum: int) -> int:
-    if isinstance(value, bool) or not isinstance(value, int | np.integer) or value < minimum:
-        raise ValueError(f"{name} must be an int >= {minimum}, got {value!r}")
-    return int(value)
+    return as_int(name, value, minimum)
 
 
 class ShardSampler(Sampler[int]):
@@ -67,12 +66,12 @@ class ShardSampler(Sampler[int]):
     def __init__(
         self,
         shards: Sequence[int] | HasShardSizes | npt.ArrayLike,
-        num_replicas: int | None = None,
-        rank: int | None = None,
+        num_replicas: IntLike | None = None,
+        rank: IntLike | None = None,
         shuffle: bool = True,
-        seed: int = 0,
+        seed: IntLike = 0,
         drop_last: bool = False,
-        window: int = DEFAULT_WINDOW,
+        window: IntLike = DEFAULT_WINDOW,
     ) -> None:
         self.sizes = _sizes_of(shards)
         topo = Topology.resolve(num_replicas, rank)
@@ -87,7 +86,7 @@ class ShardSampler(Sampler[int]):
         self._resume = 0  # where the next __iter__ starts (set by load_state_dict)
         self._yielded = 0  # records yielded by the current iterator, from its start of epoch
 
-    def set_epoch(self, epoch: int) -> None:
+    def set_epoch(self, epoch: IntLike) -> None:
         """Select the epoch's order. A different epoch drops a pending resume position."""
         epoch = _check_flag("epoch", epoch, 0)
         if epoch != self.epoch:

@@ -69,6 +69,7 @@ class CountingProxy:
         self.injected = {"slowdown": 0, "reset": 0}
         self.requests: list[tuple[str, str, int]] = []  # (method, path, body bytes)
         self.get_headers: list[dict[str, str]] = []  # the headers of each GET, in order
+        self.faulted: list[tuple[str, str]] = []  # (fault, path) of each injected fault
         self._lock = threading.Lock()
         proxy = self
 
@@ -85,6 +86,9 @@ class CountingProxy:
                 if self.command == "GET":
                     with proxy._lock:
                         proxy.get_headers.append(dict(self.headers.items()))
+                if fault is not None:
+                    with proxy._lock:
+                        proxy.faulted.append((fault, self.path))
                 if fault == "slowdown":
                     self._answer(503, _SLOWDOWN, {"Content-Type": "application/xml"})
                     return

@@ -11,6 +11,7 @@ from pathlib import Path
 from typing import Any
 
 import fsspec
+import numpy as np
 import pyarrow as pa
 import pyarrow.parquet as pq
 import pytest
@@ -85,12 +86,36 @@ def test_zero_record_shards_are_valid(tmp_path: Path) -> None:
         ({"batch_size": -4}, "batch_size must be a positive int or None, got -4"),
         ({"batch_size": 2.5}, "batch_size must be a positive int or None, got 2.5"),
         ({"seed": "x"}, "seed must be an int"),
+        ({"batch_size": np.float64(4.0)}, r"batch_size must be a positive int or None, got .*4\.0"),
+        ({"prefetch": True}, r"prefetch must be an int >= 0 \(blocks read ahead\), got True"),
+        ({"read_threads": 2.0}, r"read_threads must be a positive int or None, got 2\.0"),
+        ({"window": np.float32(2)}, r"window must be an int >= 1, got .*2\.0"),
+        ({"num_replicas": np.int64(2), "rank": 1.0}, r"rank must be an int, got 1\.0 \(float\)"),
+        ({"num_replicas": 2}, r"num_replicas=2 was given without rank.*or run under torchrun"),
     ],
 )
-def test_invalid_arguments_quote_the_value(tmp_path: Path, kwargs: dict, message: str) -> None:
+def test_invalid_arguments_quote_the_value(
+    tmp_path: Path, kwargs: dict, message: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.delenv("RANK", raising=False)  # outside torchrun
+    monkeypatch.delenv("WORLD_SIZE", raising=False)
     write_dataset(LOCAL, str(tmp_path), "parquet", sizes=[5])
     with pytest.raises(ValueError, match=message):
         StreamingDataset(str(tmp_path), **kwargs)
+
+
+def test_numpy_integer_arguments_are_taken_as_ints(tmp_path: Path) -> None:
+    write_dataset(LOCAL, str(tmp_path), "parquet", sizes=[9, 0, 14, 6])
+    kw = dict(seed=3, num_replicas=2, rank=1, batch_size=4, window=2, read_threads=2, prefetch=0)
+    as_numpy = {k: np.int64(v) if k != "rank" else np.int32(v) for k, v in kw.items()}
+    plain = StreamingDataset(str(tmp_path), **kw)  # type: ignore[arg-type]
+    numpy = StreamingDataset(str(tmp_path), **as_numpy)  # type: ignore[arg-type]
+    plain.set_epoch(1)
+    numpy.set_epoch(np.int64(1))
+    got, want = list(numpy), list(plain)
+    assert len(got) == len(want) == len(numpy) == 4  # ceil(29 / 2) = 15 records, batches of 4
+    assert all(a["id"].tolist() == b["id"].tolist() for a, b in zip(got, want))
+    json.dumps(numpy.state_dict())  # the state holds plain ints
 
 
 def test_wrong_credentials_get_a_403_naming_the_url(s3_auth_endpoint: str, s3: Any) -> None:
@@ -122,6 +147,31 @@ def test_credentials_never_reach_logs_errors_or_saved_indexes(
     assert "pa55" not in str(info.value)
     assert all("pa55" not in r.getMessage() for r in caplog.records)
     assert any("left out of the saved index" in r.getMessage() for r in caplog.records)
+
+
+@pytest.mark.parametrize("fmt", ["parquet", "tar"])
+def test_one_column_name_is_one_column_not_its_letters(tmp_path: Path, fmt: str) -> None:
+    write_dataset(LOCAL, str(tmp_path), fmt, sizes=[4, 3])
+    name = "id" if fmt == "parquet" else "txt"
+    ds = StreamingDataset(str(tmp_path), columns=name, shuffle=False)
+    assert ds.columns == [name]
+    records = list(ds)
+    assert len(records) == 7
+    assert all(set(r) - {"__key__", "__url__"} == {name} for r in records)
+
+
+@pytest.mark.parametrize(
+    ("columns", "message"),
+    [
+        (3, r"columns must be a column name or a list of names, got 3 \(int\)"),
+        (b"id", r"columns must be a column name or a list of names, got b'id' \(bytes\)"),
+        (["id", 2], r"columns must be names \(str\), got 2 \(int\) in \['id', 2\]"),
+    ],
+)
+def test_columns_that_are_not_names_are_refused(tmp_path: Path, columns: Any, message: str) -> None:
+    write_dataset(LOCAL, str(tmp_path), "parquet", sizes=[5])
+    with pytest.raises(TypeError, match=message):
+        StreamingDataset(str(tmp_path), columns=columns)
 
 
 def test_schema_mismatch_between_index_and_shard_columns(tmp_path: Path) -> None:

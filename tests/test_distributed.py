@@ -7,6 +7,7 @@ import re
 import subprocess
 import sys
 
+import numpy as np
 import pytest
 import torch.utils.data.distributed as tud
 
@@ -78,6 +79,24 @@ def test_defaults_from_torchrun_env(monkeypatch: pytest.MonkeyPatch) -> None:
 def test_bad_values_raise_value_error(kwargs: dict, message: str) -> None:
     with pytest.raises(ValueError, match=message):
         DistributedSampler(Sized(range(10)), **kwargs)
+
+
+def test_numpy_integers_as_torch_takes_them() -> None:
+    data = Sized(range(23))
+    for rank in range(3):
+        args = (np.int64(3), np.int32(rank))
+        ours = DistributedSampler(data, *args, seed=np.int64(42), drop_last=True)
+        # torch takes numpy num_replicas / rank; a numpy seed fails in its __iter__
+        # (Generator.manual_seed wants an int), so its reference gets an int seed
+        theirs = tud.DistributedSampler(data, *args, seed=42, drop_last=True)
+        ours.set_epoch(1)
+        theirs.set_epoch(1)
+        assert list(ours) == list(theirs)
+        assert (type(ours.num_replicas), type(ours.rank), type(ours.seed)) == (int, int, int)
+    with pytest.raises(ValueError, match=r"seed must be an int, got 1\.5 \(float\)"):
+        DistributedSampler(data, 3, 0, seed=1.5)
+    with pytest.raises(ValueError, match=r"num_replicas must be an int, got True"):
+        DistributedSampler(data, True, 0)
 
 
 def _run_example_3(impl: str) -> str:

@@ -33,6 +33,22 @@ def test_discovery_from_dir_glob_file_and_list(tmp_path: Path) -> None:
     assert ShardIndex.build(paths[::-1]).shard_sizes.tolist() == SIZES[::-1]
 
 
+@pytest.mark.parametrize("fmt", ["parquet", "tar"])
+def test_pathlib_paths_are_sources_too(tmp_path: Path, fmt: str) -> None:
+    paths = [Path(p) for p in write_dataset(LOCAL, str(tmp_path / "d"), fmt)]
+    by_str = ShardIndex.build(str(tmp_path / "d"))
+    for source in (tmp_path / "d", paths, tuple(paths), [str(paths[0]), *paths[1:]]):
+        assert ShardIndex.build(source).to_json() == by_str.to_json(), source
+        assert ShardIndex.resolve(source).to_json() == by_str.to_json(), source
+    saved = tmp_path / "train.index.json"
+    by_str.save(saved)  # a Path to save to, and to load or resolve from
+    assert ShardIndex.load(saved).to_json() == by_str.to_json()
+    assert ShardIndex.resolve(saved).to_json() == by_str.to_json()
+    want = sorted(record_id(r) for r in StreamingDataset(str(tmp_path / "d"), seed=1))
+    for source in (tmp_path / "d", paths, saved):
+        assert sorted(record_id(r) for r in StreamingDataset(source, seed=1)) == want
+
+
 def test_parquet_details_are_row_groups_with_byte_ranges(tmp_path: Path) -> None:
     paths = write_dataset(LOCAL, str(tmp_path), "parquet", sizes=[20], row_group_size=8)
     shard = ShardIndex.build(paths).shards[0]

@@ -57,3 +57,17 @@ def test_unit_floats_lie_in_the_unit_interval_and_look_uniform() -> None:
     u = unit_floats(np.arange(100_000), key=3)
     assert u.min() >= 0.0 and u.max() < 1.0
     assert abs(u.mean() - 0.5) < 0.01
+
+
+# n just past a power of two is where a widely used Feistel index shuffle loses one index
+# (its domain of 2**k values is walked wrongly at the boundary); 2 is the smallest domain
+# that is permuted at all
+PINNED_N = [2, 65_536, 65_537, 1_048_577]
+
+
+@pytest.mark.parametrize("n", PINNED_N)
+@pytest.mark.parametrize("key", [0, 1, derive_key(3, 2), 2**64 - 1])
+def test_permute_hits_every_position_exactly_once_at_power_of_two_edges(n: int, key: int) -> None:
+    out = permute(np.arange(n), n, key)
+    assert out.min() >= 0 and out.max() < n
+    assert np.array_equal(np.bincount(out, minlength=n), np.ones(n, dtype=np.int64))

@@ -209,6 +209,24 @@ def test_bad_arguments_are_named(args: tuple, kwargs: dict, message: str) -> Non
         ShardSampler(*args, **kwargs)
 
 
+def test_numpy_integers_are_taken_as_torch_takes_them() -> None:
+    sizes = [7, 0, 12, 5]
+    plain = ShardSampler(sizes, 3, 1, seed=5, window=2)
+    numpy = ShardSampler(sizes, np.int64(3), np.int32(1), seed=np.int64(5), window=np.int32(2))
+    for epoch in (0, 1):
+        plain.set_epoch(epoch)
+        numpy.set_epoch(np.int64(epoch))
+        assert list(numpy) == list(plain) and len(numpy) == len(plain)
+    assert [type(v) for v in (numpy.num_replicas, numpy.rank, numpy.seed, numpy.window)] == [
+        int
+    ] * 4
+    json.dumps(numpy.state_dict())  # still plain ints
+    with pytest.raises(ValueError, match=r"seed must be an int >= .*, got 5\.0 \(float\)"):
+        ShardSampler(sizes, 1, 0, seed=5.0)
+    with pytest.raises(ValueError, match=r"window must be an int >= 1, got True \(bool\)"):
+        ShardSampler(sizes, 1, 0, window=True)
+
+
 def test_bad_plan_and_state_arguments_are_named() -> None:
     s = ShardSampler([5, 5], 1, 0)
     with pytest.raises(ValueError, match=r"worker must lie in \[0, 1\], got 2"):
@@ -307,3 +325,14 @@ def test_aligned_worker_cuts_fall_on_batch_boundaries(case: dict, align: int) ->
     )
     assert together == Counter(records(s))
     assert [len(s.plan(w, case["workers"], align)) for w in range(case["workers"])] == lengths
+
+
+@pytest.mark.parametrize("n", [65_537, 1_048_577])
+def test_one_large_shard_yields_every_record_exactly_once(n: int) -> None:
+    sampler = ShardSampler([n], 1, 0, seed=7, drop_last=True)
+    for epoch in (0, 1):
+        sampler.set_epoch(epoch)
+        got = np.fromiter(sampler, dtype=np.int64, count=len(sampler))
+        assert len(sampler) == n
+        assert np.array_equal(np.bincount(got, minlength=n), np.ones(n, dtype=np.int64))
+        assert not np.array_equal(got[:1000], np.arange(1000))  # shuffled, not storage order

@@ -1,0 +1,67 @@
+"""Storage options for S3: one retry budget (ours), unless the user configures the layers
+below it; checked on the real s3fs filesystem and botocore client they produce."""
+
+from __future__ import annotations
+
+import pickle
+from typing import Any
+
+import pytest
+import s3fs
+
+from loader.storage import filesystem
+
+
+def client_config(fs: Any) -> Any:
+    fs.connect()
+    return fs.s3.meta.config  # botocore's Config of the client s3fs made
+
+
+def test_s3fs_and_botocore_retry_once_by_default(s3: Any, monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.delenv("AWS_MAX_ATTEMPTS", raising=False)
+    fs, path = filesystem("s3://bucket/key.parquet", s3.storage_options)
+    assert path == "bucket/key.parquet"
+    assert fs.retries == 1  # s3fs tries each call once (its class default: 5, nested)
+    config = client_config(fs)
+    assert config.retries["total_max_attempts"] == 2  # the request and one retry
+    assert (config.connect_timeout, config.read_timeout) == (5.0, 10.0)
+    assert pickle.loads(pickle.dumps(fs)).retries == 1  # DataLoader workers get the same
+
+
+def test_the_users_retry_and_timeout_settings_win(s3: Any, monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.delenv("AWS_MAX_ATTEMPTS", raising=False)
+    options = {
+        **s3.storage_options,
+        "retries": 4,
+        "config_kwargs": {
+            "retries": {"max_attempts": 6, "mode": "standard"},
+            "connect_timeout": 2,
+            "read_timeout": 30,
+        },
+    }
+    fs, _ = filesystem("s3://bucket/key.parquet", options)
+    assert fs.retries == 4
+    config = client_config(fs)
+    assert config.retries == {"mode": "standard", "total_max_attempts": 7}  # 6 retries
+    assert (config.connect_timeout, config.read_timeout) == (2, 30)
+    assert options["config_kwargs"]["retries"] == {"max_attempts": 6, "mode": "standard"}
+
+
+def test_aws_max_attempts_in_the_environment_is_left_to_botocore(
+    s3: Any, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setenv("AWS_MAX_ATTEMPTS", "4")
+    fs, _ = filesystem("s3://bucket/key.parquet", s3.storage_options)
+    assert client_config(fs).retries["total_max_attempts"] == 4
+
+
+def test_a_bad_s3fs_retries_option_is_named(s3: Any) -> None:
+    with pytest.raises(ValueError, match=r"storage_options\['retries'\] must be an int >= 1"):
+        filesystem("s3://bucket/key.parquet", {**s3.storage_options, "retries": 0})
+
+
+def test_clearing_s3fs_instance_cache_clears_ours(s3: Any) -> None:
+    fs, _ = filesystem("s3://bucket/key.parquet", s3.storage_options)
+    assert filesystem("s3://bucket/other.parquet", s3.storage_options)[0] is fs  # cached
+    s3fs.S3FileSystem.clear_instance_cache()  # what code that knows only s3fs calls
+    assert filesystem("s3://bucket/key.parquet", s3.storage_options)[0] is not fs
