@@ -27,6 +27,7 @@ from dataclasses import dataclass
 from typing import Any
 
 import numpy as np
+import pyarrow as pa
 import torch
 from torch.utils.data import IterableDataset, get_worker_info
 
@@ -36,7 +37,7 @@ from sampler.mixture_read import Taker
 from sampler.mixture_state import cursor_state
 from sampler.resume import Segment, cut_segments
 
-from .batching import _concat, regroup
+from .batching import regroup
 from .dataset import RECORD_STEP, StreamingDataset, _shared_index
 from .decode import DecodeSpec
 from .formats import Format
@@ -366,16 +367,17 @@ def _kind_text(kind: Kind) -> str:
 
 
 class _StreamRows:
-    """One stream's rows of a segment, in its reading order, taken n at a time: as a
-    batch (column -> tensor or list) or as records carrying the stream's name."""
+    """One stream's rows of a segment, in its reading order, taken n at a time: as the
+    format's taken parts (batch mode: columns of numpy or Arrow arrays, or a list of tar
+    samples) or as records carrying the stream's name."""
 
     def __init__(
         self, parts: Iterator[Any], fmt: Format, index: int, name: str, batch: bool
     ) -> None:
-        self._parts, self._fmt, self.index, self.name, self._batch = parts, fmt, index, name, batch
+        self._parts, self.fmt, self.index, self.name, self._batch = parts, fmt, index, name, batch
         self._head: Any = None
-        self._rows = 0  # rows of _head not yet taken
-        self._at = 0
+        self._rows = 0  # rows in _head
+        self._at = 0  # rows of _head taken
 
     def start(self) -> None:
         """Read up to the first part (started for every stream at once: see _start_all);
@@ -388,15 +390,15 @@ class _StreamRows:
         part = next(self._parts, None)
         if part is None:
             raise StopIteration
-        if self._batch:
-            self._head = self._fmt.batch(part)
-            self._rows = len(next(iter(self._head.values()))) if self._head else 0
-        else:
-            self._head = list(self._fmt.records(part))
-            for record in self._head:
+        if not self._batch:
+            part = list(self.fmt.records(part))
+            for record in part:
                 record[STREAM] = self.name
-            self._rows = len(self._head)
-        self._at = 0
+        elif isinstance(part, list):  # tar samples: batched with the others, by index
+            for sample in part:
+                sample[STREAM] = self.index
+        self._head, self._at = part, 0
+        self._rows = len(next(iter(part.values()))) if isinstance(part, dict) else len(part)
 
     def take(self, n: int) -> list[Any]:
         """The next n rows as pieces (slices of parts), in order."""
@@ -410,8 +412,7 @@ class _StreamRows:
                         f"stream {self.name!r} ran out of records before its planned count"
                     ) from None
             m = min(n, self._rows - self._at)
-            sl = slice(self._at, self._at + m)
-            out.append({c: v[sl] for c, v in self._head.items()} if self._batch else self._head[sl])
+            out.append(_slice(self._head, self._at, m))
             self._at += m
             n -= m
         return out
@@ -420,6 +421,15 @@ class _StreamRows:
         close = getattr(self._parts, "close", None)
         if close is not None:
             close()
+
+
+def _slice(part: Any, at: int, n: int) -> Any:
+    """Rows [at, at + n) of a taken part (columns of numpy or Arrow arrays, or a list)."""
+    if isinstance(part, list):
+        return part[at : at + n]
+    return {
+        c: v[at : at + n] if isinstance(v, np.ndarray) else v.slice(at, n) for c, v in part.items()
+    }
 
 
 def _start_all(streams: list[_StreamRows]) -> None:
@@ -436,44 +446,34 @@ def _start_all(streams: list[_StreamRows]) -> None:
 def _merge(
     ids: np.ndarray, streams: list[_StreamRows], batch: bool, pads: Mapping[str, Any]
 ) -> Any:
-    """Rows of the streams at the positions `ids` names (stream index per position);
-    `pads`: pad values of plain list columns, whose streams' widths may differ."""
-    if not batch:
-        taken = {s.index: iter([r for p in s.take(int((ids == s.index).sum())) for r in p])
-                 for s in streams}  # fmt: skip
-        return [next(taken[k]) for k in ids.tolist()]
-    parts: dict[int, dict[str, Any]] = {}
-    for s in streams:
-        count = int((ids == s.index).sum())
-        if count:
-            pieces = s.take(count)
-            parts[s.index] = {c: _concat([p[c] for p in pieces], pads.get(c)) for c in pieces[0]}
-    names = list(next(iter(parts.values())))
-    out: dict[str, Any] = {}
+    """Rows of the streams at the positions `ids` names (stream index per position): a
+    list of records, or (batch mode) one batch made by the first stream's format from the
+    streams' taken rows laid out in the schedule's order, with "__stream__" (indices).
+    `pads`: pad values of plain list columns, whose widths may differ between streams."""
+    pieces = {s.index: s.take(int(np.count_nonzero(ids == s.index))) for s in streams}
+    if not batch or isinstance(next(p for ps in pieces.values() for p in ps), list):
+        rows = {k: iter([r for p in ps for r in p]) for k, ps in pieces.items()}
+        merged_rows = [next(rows[k]) for k in ids.tolist()]
+        return merged_rows if not batch else streams[0].fmt.batch(merged_rows)
+    # (n,) where each position's row lies when the streams' rows are laid end to end
+    order = np.argsort(ids, kind="stable")
+    where = np.empty_like(order)
+    where[order] = np.arange(ids.size)
+    names = next(p for ps in pieces.values() for p in ps).keys()
+    merged: dict[str, Any] = {}
     for col in names:
-        out[col] = _scatter(ids, {k: p[col] for k, p in parts.items()}, pads.get(col))
-    out[STREAM] = torch.from_numpy(ids.astype(np.int64))
-    return out
+        parts = [p[col] for k in sorted(pieces) for p in pieces[k]]
+        merged[col] = _gather(parts, where, pads.get(col))
+    merged[STREAM] = ids.astype(np.int64)
+    return streams[0].fmt.batch(merged)
 
 
-def _scatter(ids: np.ndarray, values: dict[int, Any], pad: Any = None) -> Any:
-    """One column of a merged batch: stream k's values at the positions where ids == k
-    (2-D tensors of a padded column padded to the widest first)."""
-    first = next(iter(values.values()))
-    if isinstance(first, torch.Tensor):
-        if pad is not None and first.dim() == 2:
-            width = max(v.shape[1] for v in values.values())
-            values = {
-                k: torch.nn.functional.pad(v, (0, width - v.shape[1]), value=pad)
-                for k, v in values.items()
-            }
-            first = next(iter(values.values()))
-        out = torch.empty((ids.size, *first.shape[1:]), dtype=first.dtype)
-        for k, v in values.items():
-            out[torch.from_numpy(np.flatnonzero(ids == k))] = v
-        return out
-    merged: list[Any] = [None] * ids.size
-    for k, v in values.items():
-        for i, x in zip(np.flatnonzero(ids == k).tolist(), v):
-            merged[i] = x
-    return merged
+def _gather(parts: list[Any], where: np.ndarray, pad: Any) -> Any:
+    """Rows `where` of the parts laid end to end: numpy arrays (2-D rows of a padded
+    column padded to the widest first) or Arrow arrays."""
+    if not isinstance(parts[0], np.ndarray):
+        return pa.concat_arrays(parts).take(pa.array(where))
+    if pad is not None and parts[0].ndim == 2 and len({p.shape[1] for p in parts}) > 1:
+        width = max(p.shape[1] for p in parts)
+        parts = [np.pad(p, ((0, 0), (0, width - p.shape[1])), constant_values=pad) for p in parts]
+    return np.take(np.concatenate(parts) if len(parts) > 1 else parts[0], where, axis=0)
