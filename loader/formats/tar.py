@@ -27,6 +27,7 @@ from ..errors import ShardError
 from ..retry import RetryPolicy, read_ranges
 from ..shard import Shard
 from ..storage import FileEntry, redact
+from .deferred import complete, estimated_bytes, is_deferred
 
 __all__ = ["RangeFile", "TarFormat", "choose_ranged", "group_members", "scan_tar"]
 
@@ -410,6 +411,7 @@ class TarFormat:
         """Records [start, stop) as webdataset sample dicts, from one range read spanning
         their members (the headers between them come along; they are small). `__url__` is
         the shard's URL as the source named it."""
+        shard = complete(self, fs, shard)  # a shard only counted so far: its headers now
         url, details = shard.url, shard.details
         recs = details["members"][start:stop]
         lo = recs[0][0][1]
@@ -430,6 +432,8 @@ class TarFormat:
         for a compressed shard, everything from its start to the last one's end."""
         if start >= stop:
             return 0
+        if is_deferred(shard):
+            return estimated_bytes(shard, start, stop)
         ends = shard.details.get("compressed_ends")
         if ends is not None:
             return int(min(shard.bytes, ends[stop - 1]))
