@@ -2,6 +2,7 @@
 
     plan_shards.py SOURCE --world-size R [--workers W] [--seed S] [--epoch E] [--drop-last]
                    [--save-index PATH] [--json] [--plot PNG] [--storage-options JSON]
+                   [--index-workers N] [--write-sidecars] [--no-sidecars]
     plan_shards.py --simulate-shards S --records-per-shard N --world-size R ...
 
 Indexes SOURCE (a directory, s3:// prefix, glob or saved index; S3 credentials and endpoint
@@ -25,6 +26,11 @@ from tqdm import tqdm
 
 from loader import ShardError, ShardIndex
 from sampler import ShardSampler, distinct_per_batch
+
+try:  # run as scripts/plan_shards.py, or installed as shardstream_scripts.plan_shards
+    from plan_index import build_index, save_sidecars
+except ImportError:
+    from shardstream_scripts.plan_index import build_index, save_sidecars
 
 MIXING_RANKS = 4  # ranks sampled for the mixing metric
 MIXING_RECORDS = 1 << 16  # records of each sampled rank it looks at
@@ -53,9 +59,20 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
     p.add_argument("--json", action="store_true", help="print only JSON on stdout")
     p.add_argument("--plot", metavar="PNG", help="draw per-rank records, bytes and shards")
     p.add_argument("--storage-options", metavar="JSON", help="fsspec/s3fs options as JSON")
+    p.add_argument(
+        "--index-workers",
+        type=int,
+        default=1,
+        metavar="N",
+        help="processes scanning the shards while indexing (not --workers: DataLoader workers)",
+    )
+    p.add_argument("--write-sidecars", action="store_true", help="write .idx beside tar shards")
+    p.add_argument("--no-sidecars", action="store_true", help="index tar shards, not sidecars")
     p.add_argument("--simulate-shards", type=int, metavar="S", help="plan S synthetic shards")
     p.add_argument("--records-per-shard", type=int, metavar="N", help="with --simulate-shards")
     args = p.parse_args(argv)
+    if args.index_workers < 1:
+        p.error(f"--index-workers must be >= 1, got {args.index_workers}")
     if (args.source is None) == (args.simulate_shards is None):
         p.error("give either SOURCE or --simulate-shards")
     if args.simulate_shards is not None and not args.records_per_shard:
@@ -74,15 +91,13 @@ def load_index(args: argparse.Namespace) -> ShardIndex | None:
         options = json.loads(args.storage_options) if args.storage_options else None
     except json.JSONDecodeError as e:
         raise ValueError(f"--storage-options is not valid JSON: {e}") from None
-    with tqdm(desc="indexing shards", unit="shard", disable=args.json) as bar:
-
-        def progress(done: int, total: int) -> None:
-            bar.total = total
-            bar.update(done - bar.n)
-
-        index = ShardIndex.resolve(args.source, options, progress)
+    index = build_index(
+        args.source, options, args.index_workers, not args.no_sidecars, quiet=args.json
+    )
     if args.save_index:
         index.save(args.save_index, options)
+    if args.write_sidecars:
+        save_sidecars(index, options, quiet=args.json)
     return index
 
 
