@@ -97,8 +97,9 @@ def group_members(
     keys: list[str] = []
     members: list[list[list[Any]]] = []
     ends: list[int] = []
+    exts: set[str] = set()  # the current record's extensions
     for name, offset, length, seen in found:
-        if _SKIP_META.match(name):
+        if name[:2] == "__" and _SKIP_META.match(name):
             continue
         split = _KEY_EXT.match(name)
         if split is None:
@@ -114,12 +115,14 @@ def group_members(
             keys.append(key)
             members.append([])
             ends.append(seen)
-        elif any(m[0] == ext for m in members[-1]):
+            exts = set()
+        elif ext in exts:
             raise ShardError(
                 f"{redact(url)}: duplicate file name in tar file: sample {key!r} has two "
                 f"members with extension {ext!r} (the second: {name}); webdataset refuses "
                 "such shards too"
             )
+        exts.add(ext)
         members[-1].append([ext, offset, length])
         ends[-1] = seen
     return keys, members, ends
@@ -332,10 +335,12 @@ class RangeFile(io.RawIOBase):
 
 
 # Member spacing (bytes between headers) from which one small read per header beats
-# reading the bodies, measured by scripts/bench_index.py --crossover: a local read costs
-# ~0.1 ms, so bodies of ~256 KiB and more are skipped; a remote one costs a round trip
-# (20-50 ms on S3, while ~100 MB/s flow per connection): skip bodies of ~2 MiB and more.
-LOCAL_CROSSOVER = 256 << 10
+# reading the bodies: a small read's time x the sequential rate (scripts/bench_index.py
+# --only crossover). Local files: 0.03 ms x 4.2 GB/s = 116 KiB (end to end, ranged reads
+# win from 128 KiB members). S3: a round trip x a connection's rate: 6.5 ms x 110 MB/s =
+# 700 KiB at a local moto server, 1.7 MB through a proxy adding 30 ms, 2-5 MB for S3's
+# 20-50 ms first byte at 80-100 MB/s.
+LOCAL_CROSSOVER = 128 << 10
 REMOTE_CROSSOVER = 2 << 20
 
 
