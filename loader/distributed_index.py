@@ -31,6 +31,7 @@ from .build import SCAN_BATCH, Listing, assemble, discover, scan, shares
 from .errors import ShardError, StaleIndexError, StaleSidecarError
 from .index import INDEX_SUFFIXES, ShardIndex
 from .retry import RetryPolicy
+from .storage import filesystem
 
 __all__ = ["build_distributed", "build_parallel", "shared_index"]
 
@@ -133,6 +134,8 @@ def build_distributed(
             box[0] = discover(source, storage_options, retry)
         except Exception as e:
             box[0] = _Failure.of(e, "on rank 0, listing the source")
+    else:
+        _connect(source, storage_options)  # while rank 0 lists
     dist.broadcast_object_list(box, src=0)
     if isinstance(box[0], _Failure):
         raise box[0].error()
@@ -163,6 +166,22 @@ def build_distributed(
         time.perf_counter() - t3,
     )
     return index
+
+
+def _connect(source: str | Sequence[str], storage_options: dict[str, Any] | None) -> None:
+    """Open this process's filesystem for the source: an S3 client loads its service model
+    and credentials (~0.5 s), which would otherwise come after rank 0's listing, on the
+    critical path. Errors are left for the scan, which names the shard."""
+    url = source if isinstance(source, str) else next(iter(source), None)
+    if not url:
+        return
+    try:
+        fs, _ = filesystem(url, storage_options)
+        connect = getattr(fs, "connect", None)
+        if callable(connect):
+            connect()
+    except Exception as e:  # the scan reports what is wrong
+        log.debug("connecting for %s: %s", url, e)
 
 
 def _broadcast_saved(source: str, storage_options: dict[str, Any] | None) -> ShardIndex:
