@@ -35,8 +35,9 @@ def test_ranks_build_one_index_and_share_failures(tmp_path: Path) -> None:
     owner = next(
         r for r, part in enumerate(shares(discover(str(tmp_path / "bad")), 3)) if 4 in part
     )
+    ShardIndex.build(str(tmp_path / "t")).save(str(tmp_path / "t.index.json"))
     sources = [str(tmp_path / "p"), str(tmp_path / "t"), str(tmp_path / "bad")]
-    sources += [str(tmp_path / "missing"), parquet[::-1]]
+    sources += [str(tmp_path / "missing"), parquet[::-1], str(tmp_path / "t.index.json")]
     out = torchrun(
         REPO / "tests" / "dist" / "build_index.py",
         "null",
@@ -53,7 +54,7 @@ def test_ranks_build_one_index_and_share_failures(tmp_path: Path) -> None:
         if k in (2, 3):  # every rank raises the failing rank's error, naming the shard
             assert len({(g["error"], g["message"]) for g in got}) == 1
             continue
-        want = ShardIndex.build(source)
+        want = ShardIndex.resolve(source)
         assert [g["digest"] for g in got] == [digest(want)] * 3
     assert results[0][2]["error"] == "ShardError"
     assert "part-00004.tar: truncated tar" in results[0][2]["message"]

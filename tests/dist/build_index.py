@@ -1,5 +1,6 @@
-"""Under torchrun: all ranks build the index of each source given, one after another; each
-rank prints a digest of the index it got (or the error it raised), and the bytes it read.
+"""Under torchrun: all ranks build (or load) the index of each source given, one after
+another, as StreamingDataset does; each rank prints a digest of the index it got (or the
+error it raised), and the shard bytes it read.
 
 A failed build leaves the process group usable: the next source builds on every rank."""
 
@@ -9,15 +10,15 @@ import sys
 
 import torch.distributed as dist
 
-from loader.distributed_index import build_distributed
-from loader.retry import bytes_fetched
+from loader.distributed_index import shared_index
+from loader.retry import RetryPolicy, bytes_fetched
 
 dist.init_process_group(backend="gloo")
 options = json.loads(sys.argv[1]) or None
 for source in sys.argv[2:]:
     before = bytes_fetched()
     try:
-        index = build_distributed(json.loads(source), options)
+        index = shared_index(json.loads(source), options, RetryPolicy())
         doc = json.dumps(index.to_json(), sort_keys=True)
         result = {"digest": hashlib.sha256(doc.encode()).hexdigest(), "shards": len(index)}
     except Exception as e:
