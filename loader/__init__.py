@@ -1,7 +1,7 @@
 """Storage, shard index, format readers and the streaming IterableDataset."""
 
 from .dataset import StreamingDataset
-from .errors import ShardError, StaleIndexError
+from .errors import ShardError, StaleIndexError, StaleSidecarError
 from .index import ShardIndex
 from .retry import RetryPolicy
 from .shard import Shard
@@ -12,5 +12,6 @@ __all__ = [
     "ShardError",
     "ShardIndex",
     "StaleIndexError",
+    "StaleSidecarError",
     "StreamingDataset",
 ]

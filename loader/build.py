@@ -184,7 +184,8 @@ def discover(
     Tar shards get their hints from what the listing holds beside them (with `sidecars`):
     a DALI ``.idx`` sidecar, or a wids shard list at the top of the listing (its counts
     are checked against the shards' sizes; a mismatch raises StaleSidecarError). A list
-    of URLs is taken as it is (no sidecars). `listed(n)` is told the files listed so far."""
+    of URLs or a manifest is taken as it is (sidecars are found by listing). `listed(n)`
+    is told the files listed so far."""
     retry = retry or RetryPolicy()
     where = source if isinstance(source, str) else "the listed shards"
     companions: list[FileEntry] = []

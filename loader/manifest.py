@@ -7,8 +7,8 @@ A manifest is a source of its own, recognized by its name:
   whitespace-separated; ``-`` for a records or version field left out; blank lines and
   lines starting with ``#`` ignored.
 - ``*.manifest.parquet``: columns ``url`` (string) and ``size`` (integer), optionally
-  ``records`` (integer, null where unknown) and ``version`` (string: the S3 ETag or what
-  `loader.storage.version_of` gives).
+  ``records`` (integer, null where unknown) and ``version`` (string: the S3 ETag, quoted
+  or not, or what `loader.storage.version_of` gives).
 
 Relative URLs are relative to the manifest's folder. Shards keep the manifest's order.
 Building from a manifest lists nothing and asks storage nothing about the shards: sizes
@@ -71,7 +71,9 @@ def _row(base: str, url: str, size: Any, records: Any, version: Any, where: str)
     count = _count(size, where, "size")
     if count is None:
         raise ValueError(f"{where}: the size of {url} is required")
-    entry = FileEntry(_resolve(base, url), count, None if version in (None, "-") else str(version))
+    # an S3 ETag may come quoted (as S3 Inventory and the API give it)
+    tag = None if version in (None, "-") else str(version).strip('"')
+    entry = FileEntry(_resolve(base, url), count, tag)
     return ManifestRow(entry, _count(records, where, "records"))
 
 

@@ -9,8 +9,8 @@ Sections (each prints a table; --json prints one document):
   distributed  build time of N Parquet shards and M tar shards, local and on a local moto
                S3 server, with R ranks under torchrun (gloo): the median over --rounds of
                the time from a barrier before to a barrier after build_distributed on the
-               slowest rank, with its phases (listing + broadcast, scanning, all-gather,
-               assembly), the bytes each rank read, and the speed-up over R = 1.
+               slowest rank, the bytes and the CPU seconds each rank used, the S3
+               server's CPU seconds, and the speed-up over R = 1.
   latency      the same build (Parquet, one rank) through scripts/s3proxy.py adding 30 ms
                before every answer: the added time in round trips, against the ideal
                (listing requests + N / 64), with botocore's default pool of 10 connections
@@ -125,26 +125,45 @@ def rank_run(source: str, options: dict[str, Any] | None) -> None:
 
     dist.init_process_group("gloo")
     dist.barrier()
-    t0 = time.perf_counter()
+    t0, c0 = time.perf_counter(), time.process_time()
     index = build_distributed(source, options)
-    mine = time.perf_counter() - t0
+    mine, cpu = time.perf_counter() - t0, time.process_time() - c0
     dist.barrier()
     total = time.perf_counter() - t0
     stats: list[Any] = [None] * dist.get_world_size()
-    dist.all_gather_object(stats, {"seconds": mine, "fetched": bytes_fetched()})
+    dist.all_gather_object(stats, {"seconds": mine, "cpu": cpu, "fetched": bytes_fetched()})
     if dist.get_rank() == 0:
         print("BENCH", json.dumps({"seconds": total, "ranks": stats, "shards": len(index)}))
     dist.destroy_process_group()
 
 
+def _server_cpu(endpoint: str | None) -> float:
+    """CPU seconds the moto server on `endpoint`'s port has used so far (0 without one)."""
+    if not endpoint:
+        return 0.0
+    port = endpoint.rsplit(":", 1)[1]
+    for stat in Path("/proc").glob("[0-9]*/cmdline"):
+        try:
+            args = stat.read_bytes().split(b"\0")
+            if b"moto_server" in b" ".join(args) and port.encode() in args:
+                fields = (stat.parent / "stat").read_text().rsplit(")", 1)[1].split()
+                return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
+        except OSError:
+            continue
+    return 0.0
+
+
 def torchrun(ranks: int, source: str, options: dict[str, Any] | None) -> dict[str, Any]:
     cmd = [sys.executable, "-m", "torch.distributed.run", "--standalone"]
     cmd += [f"--nproc_per_node={ranks}", __file__, "--rank-run", source, json.dumps(options)]
+    endpoint = (options or {}).get("client_kwargs", {}).get("endpoint_url")
+    before = _server_cpu(endpoint)
     proc = subprocess.run(cmd, capture_output=True, text=True, env=env(), cwd=REPO)
     lines = [x for x in proc.stdout.splitlines() if x.startswith("BENCH ")]
     if proc.returncode or not lines:
         raise SystemExit(f"torchrun failed:\n{proc.stderr[-3000:]}")
     out: dict[str, Any] = json.loads(lines[-1][6:])
+    out["server_cpu"] = _server_cpu(endpoint) - before  # the listing and the reads
     return out
 
 
@@ -186,6 +205,8 @@ def distributed(args: argparse.Namespace) -> list[dict[str, Any]]:
                             "speedup": base / secs,
                             "per_shard_ms": secs * 1000 / len(files),
                             "fetched_mb": [x["fetched"] / 1e6 for x in run["ranks"]],
+                            "client_cpu_s": [x["cpu"] for x in run["ranks"]],
+                            "server_cpu_s": run["server_cpu"],
                             "shard_mb": nbytes / 1e6,
                         }
                     )
@@ -573,10 +594,12 @@ def main() -> None:
 def report(doc: dict[str, Any]) -> None:
     for r in doc.get("distributed", []):
         fetched = "/".join(f"{x:.1f}" for x in r["fetched_mb"])
+        cpu = "/".join(f"{x:.2f}" for x in r["client_cpu_s"])
         print(
             f"{r['format']:<8} {r['where']:<6} R={r['ranks']}  {r['shards']:>5} shards  "
             f"{r['seconds']:6.2f}s  x{r['speedup']:.2f}  {r['per_shard_ms']:.2f} ms/shard  "
-            f"fetched MB per rank {fetched} (shards {r['shard_mb']:.0f} MB)"
+            f"fetched MB per rank {fetched} (shards {r['shard_mb']:.0f} MB); CPU s per rank "
+            f"{cpu}, server {r['server_cpu_s']:.2f}"
         )
     for r in doc.get("latency", []):
         print(

@@ -20,14 +20,13 @@ from .datagen import SIZES, record_id, write_dataset
 LOCAL = fsspec.filesystem("file")
 
 
-def _lines(index: ShardIndex, records: bool = True, version: bool = False) -> str:
+def _lines(index: ShardIndex, records: bool = True, version: str = "") -> str:
+    """A text manifest; `version` "plain" or "quoted" adds the versions (ETags)."""
     rows = ["# url size records version", ""]
     for s in index.shards:
         name = s.url.rsplit("/", 1)[1]  # relative: to the manifest's folder
-        rows.append(
-            f"{name} {s.bytes} {s.num_records if records else '-'}"
-            + (f" {s.version}" if version else "")
-        )
+        tag = {"": "", "plain": f" {s.version}", "quoted": f' "{s.version}"'}[version]
+        rows.append(f"{name} {s.bytes} {s.num_records if records else '-'}{tag}")
     return "\n".join(rows) + "\n"
 
 
@@ -77,7 +76,7 @@ def test_a_manifest_over_s3_lists_nothing_and_reads_one_footer(s3: Any) -> None:
     fs.mkdir("man")
     write_dataset(fs, "man/d", "parquet")
     listed = ShardIndex.build("s3://man/d", s3.storage_options)
-    fs.pipe("man/d/train.manifest", _lines(listed, version=True).encode())
+    fs.pipe("man/d/train.manifest", _lines(listed, version="quoted").encode())  # as S3 gives
     with counting_proxy(s3.endpoint_url) as proxy:
         opts = {"client_kwargs": {"endpoint_url": proxy.url}}
         index = ShardIndex.build("s3://man/d/train.manifest", opts)
@@ -99,7 +98,7 @@ def test_a_wrong_count_or_version_is_caught_when_the_shard_is_read(tmp_path: Pat
     index = ShardIndex.build(str(tmp_path / "d" / "a.manifest"))
     with pytest.raises(StaleSidecarError, match=r"a.manifest: gives 40 records for .*part-00002"):
         list(StreamingDataset(index, shuffle=False))
-    bad = _lines(listed, version=True).replace(str(listed.shards[0].version), "0:0")
+    bad = _lines(listed, version="plain").replace(str(listed.shards[0].version), "0:0")
     (tmp_path / "d" / "b.manifest").write_text(bad)
     index = ShardIndex.build(str(tmp_path / "d" / "b.manifest"))
     with pytest.raises(StaleIndexError, match=r"part-00000.tar \(indexed \d+ bytes, version 0:0"):
