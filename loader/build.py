@@ -22,7 +22,8 @@ import pyarrow as pa
 from .errors import StaleSidecarError
 from .formats import format_for, format_of_url, known_suffixes
 from .formats.parquet import schema_from_b64
-from .formats.tar_index import check_wids, find_idx, index_from_sidecars, normalize_url, read_wids
+from .formats.tar_index import find_idx, index_from_sidecars
+from .formats.wids import check_wids, normalize_url, read_wids
 from .manifest import is_manifest, read_manifest
 from .partitions import hive_values, is_hidden, partition_schema
 from .retry import RetryPolicy, retrying
@@ -276,27 +277,38 @@ def scan(
         else:
             rest.append(i)
     for lo in range(0, len(sided), SCAN_BATCH):
-        batch = [i for i, _ in sided[lo : lo + SCAN_BATCH]]
-        sides = [side for _, side in sided[lo : lo + SCAN_BATCH]]
-        got = index_from_sidecars(fs, [listing.entries[i] for i in batch], sides, retry)
-        for i, g in zip(batch, got):
-            if g is None:
-                rest.append(i)  # a sidecar without member names: scan the shard
-            else:
-                out[i] = g
-        done += sum(g is not None for g in got)
+        pairs = sided[lo : lo + SCAN_BATCH]
+        unnamed = _from_sidecars(fs, listing, pairs, retry, out)
+        rest += unnamed
+        done += len(pairs) - len(unnamed)
         if progress is not None:
             progress(done, n)
     for lo in range(0, len(rest), SCAN_BATCH):
         batch = rest[lo : lo + SCAN_BATCH]
-        for i, g in zip(batch, fmt.scan(fs, [listing.entries[i] for i in batch])):
-            out[i] = g
+        for i, got in zip(batch, fmt.scan(fs, [listing.entries[i] for i in batch])):
+            out[i] = got
         done += len(batch)
         if progress is not None:
             progress(done, n)
-    for i, g in enumerate(out):
-        _check_count(listing.entries[i], listing.hint(i), g)
+    for i, row in enumerate(out):
+        _check_count(listing.entries[i], listing.hint(i), row)
     return [g for g in out if g is not None]
+
+
+def _from_sidecars(
+    fs: Any,
+    listing: Listing,
+    batch: Sequence[tuple[int, FileEntry]],
+    retry: RetryPolicy,
+    out: list[dict[str, Any] | None],
+) -> list[int]:
+    """Index the (shard, sidecar) pairs of `batch` into `out`; returns the shards whose
+    sidecar has no member names (v1.1), to be scanned."""
+    entries = [listing.entries[i] for i, _ in batch]
+    got = index_from_sidecars(fs, entries, [side for _, side in batch], retry)
+    for (i, _), g in zip(batch, got):
+        out[i] = g
+    return [i for (i, _), g in zip(batch, got) if g is None]
 
 
 def _check_count(entry: FileEntry, hint: Hint | None, got: dict[str, Any] | None) -> None:

@@ -1,5 +1,5 @@
-"""Tar indexes kept beside the shards: DALI ``.idx`` sidecars and wids shard lists, read
-instead of scanning a shard, checked against it, and written for the next job.
+"""DALI ``.idx`` sidecars kept beside tar shards: read instead of scanning a shard, checked
+against it, and written for the next job.
 
 DALI's index (format v1.2, written by DALI's ``tools/wds2idx.py``, read by its
 ``fn.readers.webdataset``), one text file per shard::
@@ -12,26 +12,15 @@ of 512. v1.1 files lack the member names, which webdataset's keys come from: the
 are scanned instead. A sidecar lies beside its shard as ``<shard>.idx`` or, as wds2idx
 names it by default, the shard's name up to its first dot plus ``.idx``.
 
-A wids shard list (webdataset's wids; ``widsindex create`` writes ``shardindex.json``)::
-
-    {"__kind__": "wids-shard-index-v1", "wids_version": 1,
-     "shardlist": [{"url": "shard-000000.tar", "nsamples": 10000, "filesize": 123456}, ...]}
-
-Its URLs are relative to its folder (or its ``"base"``). It gives record counts but no
-member offsets: its shards are planned from the counts and indexed when a reader first
-opens them (loader.formats.deferred).
-
-A sidecar that does not fit its shard raises StaleSidecarError naming both: a wids
-``filesize`` other than the shard's size; an ``.idx`` whose members overlap, run past the
-shard, or disagree with the headers read at its first and last member, or after which the
-shard holds another member. Three small range reads per shard check that, concurrently.
+A sidecar that does not fit its shard raises StaleSidecarError naming both: members that
+overlap, run past the shard, or disagree with the headers read at its first and last
+member, or a shard that holds another member after them. Three small range reads per
+shard check that, concurrently. (wids shard lists: loader.formats.wids.)
 """
 
 from __future__ import annotations
 
-import json
 import logging
-import posixpath
 from collections.abc import Sequence
 from typing import Any
 
@@ -43,14 +32,11 @@ from .tar import group_members
 
 __all__ = [
     "IDX_VERSION",
-    "check_wids",
     "find_idx",
     "idx_candidates",
     "idx_text",
     "index_from_sidecars",
-    "normalize_url",
     "parse_idx",
-    "read_wids",
     "write_sidecars",
 ]
 
@@ -59,8 +45,6 @@ log = logging.getLogger(__name__)
 IDX_VERSION = "v1.2"
 _BLOCK = 512
 _END = 2 * _BLOCK  # the end-of-archive blocks
-_PROBE = 4096  # bytes read from a JSON file's start to tell a wids list from other JSON
-_MAX_PROBES = 16  # JSON files beside the shards looked at, at most
 _REGULAR = (b"0", b"\0", b"7")
 _NO_DATA = (b"1", b"2", b"3", b"4", b"5", b"6")  # links, devices, directories, fifos
 
@@ -268,89 +252,6 @@ def index_from_sidecars(
         )
         out.append({"num_records": len(keys), "details": {"keys": keys, "members": grouped}})
     return out
-
-
-def normalize_url(url: str) -> str:
-    """A URL with ``.`` and ``..`` segments resolved, for matching shards to a list."""
-    scheme, sep, path = url.rpartition("://")
-    return scheme + sep + posixpath.normpath(path) if path else url
-
-
-def _join(base: str, url: str) -> str:
-    if "://" in url or url.startswith("/") or not base:
-        return normalize_url(url)
-    return normalize_url(f"{base.rstrip('/')}/{url}")
-
-
-WidsCount = tuple[int, int | None, str]  # records, file size (if listed), the list's URL
-
-
-def read_wids(fs: Any, companions: Sequence[FileEntry], retry: RetryPolicy) -> dict[str, WidsCount]:
-    """Record counts by shard URL (normalized) from the wids shard lists among the JSON
-    files at the top of the listing: the first `_MAX_PROBES` are each recognized from
-    their first 4 KiB; only wids lists are read whole. A wids list that is not valid
-    raises StaleSidecarError naming it."""
-    roots = sorted(
-        (c for c in companions if c.url.lower().endswith(".json") and "/" not in c.relpath),
-        key=lambda c: c.url,
-    )[:_MAX_PROBES]
-    if not roots:
-        return {}
-    indexed = [(c.size, c.version) for c in roots]
-    heads = read_ranges(
-        fs,
-        [c.url for c in roots],
-        [0] * len(roots),
-        [min(c.size, _PROBE) for c in roots],
-        retry,
-        indexed,
-    )
-    lists = [(c, i) for c, i, h in zip(roots, indexed, heads) if b"wids" in h and b"shardlist" in h]
-    if not lists:
-        return {}
-    docs = read_ranges(
-        fs,
-        [c.url for c, _ in lists],
-        [0] * len(lists),
-        [c.size for c, _ in lists],
-        retry,
-        [i for _, i in lists],
-    )
-    counts: dict[str, WidsCount] = {}
-    for (c, _), raw in zip(lists, docs):
-        for url, n, size in _wids_shards(raw, c.url):
-            counts[url] = (n, size, c.url)
-    return counts
-
-
-def _wids_shards(raw: bytes, where: str) -> list[tuple[str, int, int | None]]:
-    """(normalized URL, nsamples, filesize or None) of each shard a wids list names."""
-    try:
-        doc = json.loads(raw)
-        base = doc.get("base") or (where.rsplit("/", 1)[0] if "/" in where else "")
-        out = []
-        for s in doc["shardlist"]:
-            n, size = s["nsamples"], s.get("filesize")
-            if not isinstance(n, int) or n < 0 or not (size is None or isinstance(size, int)):
-                raise ValueError(f"bad nsamples {n!r} or filesize {size!r} for {s['url']}")
-            out.append((_join(str(base), str(s["url"])), n, size))
-        return out
-    except (ValueError, KeyError, TypeError, AttributeError) as e:
-        raise StaleSidecarError(
-            f"{redact(where)}: not a valid wids shard list ({type(e).__name__}: {e}); fix it or "
-            "remove it"
-        ) from None
-
-
-def check_wids(entry: FileEntry, count: WidsCount) -> None:
-    """StaleSidecarError when the wids list gives the shard another size than it has."""
-    n, size, where = count
-    if size is not None and size != entry.size:
-        raise StaleSidecarError(
-            f"{redact(where)}: lists {redact(entry.url)} with filesize {size} and {n} records, "
-            f"the shard has {entry.size} bytes; the list is stale: rebuild it (widsindex "
-            "create) or remove it"
-        )
 
 
 def idx_text(shard: Shard) -> str | None:
