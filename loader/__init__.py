@@ -1,7 +1,7 @@
 """Storage, shard index, format readers and the streaming IterableDataset."""
 
 from .dataset import StreamingDataset
-from .errors import ShardError, StaleIndexError
+from .errors import ShardError, StaleIndexError, StaleSidecarError
 from .index import ShardIndex
 from .retry import RetryPolicy
 from .shard import Shard
@@ -13,6 +13,7 @@ __all__ = [
     "ShardError",
     "ShardIndex",
     "StaleIndexError",
+    "StaleSidecarError",
     "Stream",
     "StreamingDataset",
 ]

@@ -6,7 +6,6 @@ from collections.abc import Iterable, Iterator, Mapping, Sequence
 from typing import Any
 
 import torch
-import torch.distributed as dist
 from torch.utils.data import IterableDataset, get_worker_info
 
 from sampler import DEFAULT_WINDOW, ShardSampler, Topology
@@ -16,6 +15,7 @@ from sampler.resume import cut_segments
 
 from .batching import regroup
 from .decode import DecodeSpec, make_decoder
+from .distributed_index import shared_index
 from .formats import Format, format_for
 from .index import ShardIndex
 from .kinds import kinds_of
@@ -60,24 +60,11 @@ def _columns(columns: object) -> list[str] | None:
 def _shared_index(
     source: Any, storage_options: dict[str, Any] | None, retry: RetryPolicy
 ) -> ShardIndex:
-    """Build (or load) the index once: on rank 0 when a process group is initialized,
-    broadcast to the others, so R ranks do not each list the bucket and read every footer.
-    A failure on rank 0 is broadcast too, so no rank waits forever."""
-    if isinstance(source, ShardIndex):
-        return source
-    if not (dist.is_available() and dist.is_initialized()) or dist.get_world_size() == 1:
-        return ShardIndex.resolve(source, storage_options, retry=retry)
-    box: list[Any] = [None]
-    if dist.get_rank() == 0:
-        try:
-            index = ShardIndex.resolve(source, storage_options, retry=retry)
-            box[0] = index.to_json(keep_credentials=True)
-        except Exception as e:  # sent to every rank, re-raised everywhere
-            box[0] = e
-    dist.broadcast_object_list(box, src=0)
-    if isinstance(box[0], BaseException):
-        raise box[0]
-    return ShardIndex.from_json(box[0])
+    """Build (or load) the index once per job: under an initialized process group, rank 0
+    lists the source and every rank indexes 1/R of the shards (a saved index is read by
+    rank 0 and broadcast); a failure on any rank is raised on all of them, so no rank
+    waits forever (loader.distributed_index)."""
+    return shared_index(source, storage_options, retry)
 
 
 class StreamingDataset(IterableDataset[Any]):

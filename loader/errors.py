@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-__all__ = ["ShardError", "StaleIndexError"]
+__all__ = ["ShardError", "StaleIndexError", "StaleSidecarError"]
 
 
 class ShardError(Exception):
@@ -15,3 +15,8 @@ class ShardError(Exception):
 
 class StaleIndexError(ShardError):
     """A shard changed (size or etag/mtime) since the index was built: rebuild the index."""
+
+
+class StaleSidecarError(StaleIndexError):
+    """An index written beside the shards (a DALI ``.idx`` sidecar, a wids shard list, a
+    manifest) no longer describes the shard it names: rebuild it, or remove it."""

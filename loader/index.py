@@ -13,11 +13,11 @@ import numpy as np
 import numpy.typing as npt
 import pyarrow as pa
 
+from .build import assemble, discover, scan
 from .errors import StaleIndexError
-from .formats import format_for, format_of_url, known_suffixes
+from .formats import format_for
 from .formats.parquet import schema_from_b64, schema_to_b64
-from .partitions import hive_values, is_hidden, partition_schema
-from .retry import RetryPolicy, retrying
+from .retry import RetryPolicy
 from .schemas import select_schema, unify_schemas
 from .shard import Shard
 from .storage import (
@@ -26,7 +26,6 @@ from .storage import (
     as_url,
     file_entry,
     filesystem,
-    list_files,
     redact,
     stale_reason,
     strip_credentials,
@@ -38,63 +37,6 @@ log = logging.getLogger(__name__)
 
 FORMAT_VERSION = 2
 INDEX_SUFFIXES = (".index.json", ".json")
-SCAN_BATCH = 256  # shards whose footers or headers are read in one concurrent batch
-# files a dataset folder may hold beside its shards without a warning: saved indexes,
-# tar index sidecars
-_COMPANIONS = (".json", ".idx")
-_EXAMPLES = 5
-
-
-def _discover(
-    source: str | Sequence[str], storage_options: dict[str, Any] | None
-) -> list[FileEntry]:
-    """The shard files of a directory, prefix, glob or list, in a fixed order.
-
-    Below a listed directory, files and folders whose names start with ``_`` or ``.`` are
-    not data (Spark's ``_SUCCESS`` and ``_temporary/``, ``.crc`` files), as in
-    pyarrow.dataset. Any other file without a shard suffix is skipped with a WARNING that
-    names how many and a few of them. URLs of a list are taken as they are.
-    """
-    if isinstance(source, str):
-        found = list_files(source, storage_options)
-        listed = [e for e in found if not is_hidden(e.relpath)]
-        entries = [e for e in listed if format_of_url(e.url)]
-        if not entries:
-            raise FileNotFoundError(
-                f"{redact(source)}: no shards found ({len(found)} files, none ending in "
-                f"{known_suffixes()} outside folders and files starting with _ or .)"
-            )
-        skipped = [
-            e.relpath or e.url
-            for e in listed
-            if not format_of_url(e.url) and not e.url.lower().endswith(_COMPANIONS)
-        ]
-        if skipped:
-            log.warning(
-                "%s: skipped %d file(s) that are not shards (shard suffixes: %s), e.g. %s",
-                redact(source),
-                len(skipped),
-                known_suffixes(),
-                ", ".join(skipped[:_EXAMPLES]),
-            )
-        if len(found) > len(listed):
-            log.info(
-                "%s: %d file(s) under names starting with _ or . are not data",
-                redact(source),
-                len(found) - len(listed),
-            )
-        return entries
-    urls = list(source)
-    if not urls:
-        raise ValueError(
-            "the source list is empty: give shard URLs, or loader.Stream objects for a mixture"
-        )
-    for url in urls:
-        if not format_of_url(url):
-            raise ValueError(
-                f"{redact(url)}: unknown shard format; known suffixes: {known_suffixes()}"
-            )
-    return [file_entry(u, storage_options) for u in urls]
 
 
 @dataclass
@@ -167,61 +109,30 @@ class ShardIndex:
         storage_options: dict[str, Any] | None = None,
         progress: Callable[[int, int], None] | None = None,
         retry: RetryPolicy | None = None,
+        listed: Callable[[int], None] | None = None,
+        sidecars: bool = True,
     ) -> ShardIndex:
-        """Index a directory, an s3:// prefix, a glob, a single file or a list of URLs.
+        """Index a directory, an s3:// prefix, a glob, a single file, a list of URLs or a
+        manifest (loader.manifest).
 
         Reads only what indexing needs: the last 8 KiB of each Parquet shard, batched over
         shards (a second read where a footer is longer; the parsed footers stay cached in
-        this process for reading), or one sequential pass over each tar's headers
-        (decompressing a ``.tar.gz``). Below a directory, ``key=value`` folders of Parquet
-        shards become partition columns (loader.partitions). `progress(done, total)` is
-        called as shards are indexed; transient storage errors are retried as `retry` says.
-        Paths (pathlib.Path) are taken as their strings.
+        this process for reading); for a tar shard its DALI ``.idx`` sidecar if one lies
+        beside it (checked against the shard), else its headers (sequential reads, or one
+        small read per header where members are large; decompressing a ``.tar.gz``);
+        nothing for shards whose record counts a manifest or a wids shard list gives (their
+        readers index them when they open them). Below a directory, ``key=value`` folders
+        of Parquet shards become partition columns (loader.partitions). `listed(n)` follows
+        the listing, `progress(done, total)` the indexing; transient storage errors are
+        retried as `retry` says; `sidecars=False` ignores sidecars and wids lists.
+        Paths (pathlib.Path) are taken as their strings. Under torch.distributed,
+        loader.distributed_index shares this work among ranks.
         """
         source = as_url(source)
         retry = retry or RetryPolicy()
-        where = source if isinstance(source, str) else "the listed shards"
-        entries = retrying(where, retry, lambda: _discover(source, storage_options))
-        formats = sorted({str(format_of_url(e.url)) for e in entries})
-        if len(formats) > 1:
-            examples = [next(e.url for e in entries if format_of_url(e.url) == f) for f in formats]
-            raise ValueError(
-                "mixed shard formats in one dataset: "
-                + ", ".join(f"{f} ({redact(u)})" for f, u in zip(formats, examples))
-                + "; index each format separately"
-            )
-        name = formats[0]
-        fs, _ = filesystem(entries[0].url, storage_options)
-        fmt = format_for(name, retry=retry)
-        scanned: list[dict[str, Any]] = []
-        for i in range(0, len(entries), SCAN_BATCH):
-            scanned += fmt.scan(fs, entries[i : i + SCAN_BATCH])
-            if progress is not None:
-                progress(len(scanned), len(entries))
-        schemas: list[pa.Schema] = []
-        partitioning = None
-        if name == "parquet":
-            schemas = _number_schemas(scanned)
-            values = [hive_values(e.relpath or fs._strip_protocol(e.url)) for e in entries]
-            inside = set(unify_schemas(schemas).names)
-            # a key the files hold as a column too (polars writes both): the file's column
-            # wins, as polars' own hive reader does
-            keys = [f for f in partition_schema(values) if f.name not in inside]
-            if keys:
-                partitioning = pa.schema(keys)
-                for s, v in zip(scanned, values):
-                    s["details"]["partitions"] = {k: v[k] for k in partitioning.names if k in v}
-        shards = [
-            Shard(e.url, name, int(s["num_records"]), e.size, e.version, s["details"])
-            for e, s in zip(entries, scanned)
-        ]
-        log.info(
-            "indexed %d %s shards, %d records",
-            len(shards),
-            name,
-            sum(s.num_records for s in shards),
-        )
-        return cls(shards, schemas, partitioning)
+        listing = discover(source, storage_options, retry, listed, sidecars)
+        scanned = scan(listing, storage_options, retry, progress)
+        return cls(*assemble(listing, scanned, storage_options))
 
     def bytes_for(self, shard: int, start: int, stop: int) -> int:
         """Bytes a reader fetches for rows [start, stop) of shard number `shard`."""
@@ -280,6 +191,12 @@ class ShardIndex:
             raise FileNotFoundError(f"{redact(url)}: no saved index there") from None
         except json.JSONDecodeError as e:
             raise ValueError(f"{redact(url)}: not a shardstream index ({e})") from e
+        if isinstance(doc, dict) and "shardlist" in doc:
+            raise ValueError(
+                f"{redact(url)}: a wids shard list, not a shardstream index: give the folder "
+                "holding it and its shards as the source (its record counts are used), or "
+                "write a manifest (see loader.manifest)"
+            )
         return cls.from_json(doc, url)
 
     def verify(self, storage_options: dict[str, Any] | None = None) -> None:
@@ -321,12 +238,3 @@ class ShardIndex:
             "source must be a URL, a list of URLs, a saved index or a ShardIndex, "
             f"got {type(source).__name__}"
         )
-
-
-def _number_schemas(scanned: Sequence[dict[str, Any]]) -> list[pa.Schema]:
-    """The distinct schemas of the scanned Parquet shards, in first-seen order; each
-    shard's details get its schema's number."""
-    numbers: dict[str, int] = {}
-    for s in scanned:
-        s["details"]["schema"] = numbers.setdefault(s.pop("schema"), len(numbers))
-    return [schema_from_b64(text) for text in numbers]

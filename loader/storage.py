@@ -10,7 +10,7 @@ from __future__ import annotations
 import asyncio
 import os
 import re
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import Any, overload
 
@@ -89,7 +89,8 @@ def s3_defaults(storage_options: dict[str, Any] | None) -> dict[str, Any]:
     """storage_options for S3 with our defaults filled in where the user set nothing:
     ``retries`` (tries of each call by s3fs; see loader.s3), botocore's
     ``config_kwargs["retries"]`` attempts (left alone too when AWS_MAX_ATTEMPTS is set)
-    and its ``connect_timeout`` and ``read_timeout``.
+    its ``connect_timeout`` and ``read_timeout``, and its connection pool
+    (``max_pool_connections``: S3_CONCURRENCY).
 
     Without this, s3fs's 5 tries (nested: a ranged read wraps a call that also retries)
     times botocore's own attempts times ours made a dead endpoint take minutes to report.
@@ -105,6 +106,9 @@ def s3_defaults(storage_options: dict[str, Any] | None) -> dict[str, Any]:
     if retries:
         config["retries"] = retries
     config.setdefault("connect_timeout", S3_CONNECT_TIMEOUT)
+    # botocore keeps 10 connections: 64 concurrent range reads would wait for each other,
+    # and indexing N shards would take N / 10 round trips instead of N / S3_CONCURRENCY
+    config.setdefault("max_pool_connections", S3_CONCURRENCY)
     config.setdefault("read_timeout", S3_READ_TIMEOUT)
     options["config_kwargs"] = config
     return options
@@ -167,8 +171,9 @@ def entry_of(fs: Any, info: dict[str, Any], url: str | None = None) -> FileEntry
 
 
 def stale_reason(url: str, size: int, version: str | None, now: FileEntry | None) -> str | None:
-    """Why the file indexed as (size, version) no longer matches `now` (None if it does)."""
-    if now is not None and now.size == size and now.version == version:
+    """Why the file indexed as (size, version) no longer matches `now` (None if it does).
+    An index that recorded no version (a manifest without one) is checked by size only."""
+    if now is not None and now.size == size and version in (None, now.version):
         return None
     found = "missing" if now is None else f"{now.size} bytes, version {now.version}"
     return f"{redact(url)} (indexed {size} bytes, version {version}; now {found})"
@@ -240,9 +245,6 @@ def cat_ranges(
     return got
 
 
-S3_CONCURRENCY = 64  # ranged GETs in flight at once (fsspec's cat_ranges batches 128)
-
-
 async def _s3_ranges(
     fs: Any,
     urls: Sequence[str],
@@ -309,10 +311,44 @@ def _root(path: str) -> str:
     return path[:magic].rsplit("/", 1)[0] if "/" in path[:magic] else ""
 
 
-def list_files(url: str, storage_options: dict[str, Any] | None = None) -> list[FileEntry]:
+LIST_REPORT = 1000  # an S3 listing page: progress is reported every this many files
+
+
+def _find(fs: Any, path: str, progress: Callable[[int], None] | None) -> list[dict[str, Any]]:
+    """Every file below `path` as fsspec info dicts. On S3 with `progress`, the listing is
+    read page by page (s3fs's own paginated listing, as its ``find`` reads it) and
+    `progress(files listed so far)` called after each page: a prefix of 1,000,000 keys is
+    1,000 LIST requests, one after another."""
+    if progress is None or not _is_s3(fs) or not hasattr(fs, "_iterdir"):
+        infos = list(fs.find(path, detail=True).values())
+        if progress is not None:
+            progress(len(infos))
+        return infos
+    bucket, key, _ = fs.split_path(path)
+    prefix = key.rstrip("/") + "/" if key else ""
+
+    async def pages() -> list[dict[str, Any]]:
+        found: list[dict[str, Any]] = []
+        async for info in fs._iterdir(bucket, delimiter="", prefix=prefix):
+            found.append(info)
+            if len(found) % LIST_REPORT == 0:
+                progress(len(found))
+        return found
+
+    found: list[dict[str, Any]] = sync(fs.loop, pages)
+    progress(len(found))
+    return found
+
+
+def list_files(
+    url: str,
+    storage_options: dict[str, Any] | None = None,
+    progress: Callable[[int], None] | None = None,
+) -> list[FileEntry]:
     """Files under a directory or prefix (recursively), matching a glob, or the file itself,
     sorted by path. URLs are as the source names them: the source, then the path below
-    it. Raises FileNotFoundError naming the URL when nothing is there."""
+    it. Raises FileNotFoundError naming the URL when nothing is there. `progress(n)` is
+    told how many files were listed so far (per page on S3)."""
     fs, path = filesystem(url, storage_options)
     fs.invalidate_cache(path)  # s3fs keeps listings: a new index must see the bucket now
     try:
@@ -320,7 +356,7 @@ def list_files(url: str, storage_options: dict[str, Any] | None = None) -> list[
             infos = list(fs.glob(path, detail=True).values())
             root, given = _root(path), _root(url)
         elif fs.isdir(path):
-            infos = list(fs.find(path, detail=True).values())
+            infos = _find(fs, path, progress)
             root, given = path.rstrip("/"), url.rstrip("/")
         else:
             return [file_entry(url, storage_options)]

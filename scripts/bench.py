@@ -120,7 +120,7 @@ def _identity(item: Any) -> Any:
 
 
 def ours(
-    source: str, batch: bool, workers: int, endpoint: str | None, replicas: int = 1
+    source: str | list[str], batch: bool, workers: int, endpoint: str | None, replicas: int = 1
 ) -> Iterator[int]:
     """Workers 0: the dataset iterated directly. Else a DataLoader: in batch mode one that
     passes our batches through (collate_fn identity: its default_convert would walk every
@@ -131,7 +131,7 @@ def ours(
     from loader import StreamingDataset
 
     options = {"client_kwargs": {"endpoint_url": endpoint}} if endpoint else None
-    tar = "tar" in source
+    tar = "tar" in str(source)
     ds = StreamingDataset(
         source,
         columns=None if tar else COLUMNS,
@@ -181,6 +181,20 @@ def peer_webdataset(data: Path) -> Iterator[int]:
     urls = [str(p) for p in sorted((data / "tar").glob("*.tar"))]
     for _ in wds.WebDataset(urls, shardshuffle=False, empty_check=False):
         yield 1
+
+
+def peer_webdataset_s3(data: Path, endpoint: str) -> Iterator[int]:
+    """webdataset streaming the tar shards from the S3 server through curl (its way to read
+    http URLs; the objects are public-read)."""
+    import webdataset as wds
+
+    urls = [f"pipe:curl -s -f {endpoint}/bench/tar/{p.name}" for p in _tars(data)]
+    for _ in wds.WebDataset(urls, shardshuffle=False, empty_check=False):
+        yield 1
+
+
+def _tars(data: Path) -> list[Path]:
+    return sorted((data / "tar").glob("*.tar"))
 
 
 def peer_hf(data: Path) -> Iterator[int]:
@@ -271,6 +285,24 @@ RUNS: dict[str, tuple[str, str, Callable[[Path, str | None], Iterator[int]]]] = 
         "s3",
         lambda d, e: ours("s3://bench/parquet", False, 0, e),
     ),
+    # tar over S3, to the first record: the index scanned (a list of URLs: every byte
+    # read), read from DALI .idx sidecars beside the shards, or loaded from a saved index
+    "ours tar s3 w0, index scanned": (
+        "webdataset tar s3",
+        "s3",
+        lambda d, e: ours([f"s3://bench/tar/{p.name}" for p in _tars(d)], False, 0, e),
+    ),
+    "ours tar s3 w0, sidecars": (
+        "webdataset tar s3",
+        "s3",
+        lambda d, e: ours("s3://bench/tar", False, 0, e),
+    ),
+    "ours tar s3 w0, saved index": (
+        "webdataset tar s3",
+        "s3",
+        lambda d, e: ours("s3://bench/tar.index.json", False, 0, e),
+    ),
+    "webdataset tar s3": ("", "s3", lambda d, e: peer_webdataset_s3(d, str(e))),
     "webdataset tar": ("raw tar read", "peers", lambda d, e: peer_webdataset(d)),
     "hf datasets streaming": ("raw pyarrow decode", "peers", lambda d, e: peer_hf(d)),
     "torch DistributedSampler map-style": (
@@ -325,8 +357,23 @@ def run_isolated(name: str, data: Path, endpoint: str | None) -> dict[str, float
     return json.loads(proc.stdout.strip().splitlines()[-1])
 
 
+def _tar_indexes(fs: Any, url: str, tars: list[Path]) -> None:
+    from loader import ShardIndex
+    from loader.formats.tar_index import write_sidecars
+
+    for p in tars:  # readable by plain HTTP too: webdataset fetches them with curl
+        fs.put_file(str(p), f"bench/tar/{p.name}", ACL="public-read")
+    options = {"client_kwargs": {"endpoint_url": url}}
+    index = ShardIndex.build([f"s3://bench/tar/{p.name}" for p in tars], options)
+    index.save("s3://bench/tar.index.json", options)
+    write_sidecars(index.shards, options)
+
+
 @contextmanager
-def moto_server(paths: list[Path]) -> Iterator[str]:
+def moto_server(paths: list[Path], tars: list[Path] | None = None) -> Iterator[str]:
+    """A moto S3 server holding the Parquet `paths` under bench/parquet/ and the `tars`
+    under bench/tar/, with DALI .idx sidecars beside them and their saved index at
+    bench/tar.index.json (written before any measurement)."""
     exe = shutil.which("moto_server", path=str(Path(sys.executable).parent))
     if exe is None:
         raise SystemExit("--s3 needs moto_server: pip install 'moto[server]'")
@@ -352,6 +399,8 @@ def moto_server(paths: list[Path]) -> Iterator[str]:
         fs.mkdir("bench")
         for p in paths:
             fs.put_file(str(p), f"bench/parquet/{p.name}")
+        if tars:
+            _tar_indexes(fs, url, tars)
         yield url
     finally:
         proc.terminate()
@@ -416,7 +465,8 @@ def main() -> None:
         )
         names = [n for n, (_, g, _) in RUNS.items() if g in groups]
         rows: list[dict[str, Any]] = []
-        with moto_server(parquet) if args.s3 else _nothing() as endpoint:
+        tars = sorted((tmp / "data" / "tar").glob("*.tar"))
+        with moto_server(parquet, tars) if args.s3 else _nothing() as endpoint:
             for name in tqdm(names, desc="measuring", leave=False):
                 results = [
                     run_isolated(name, tmp / "data", endpoint or None) for _ in range(args.rounds)

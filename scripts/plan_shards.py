@@ -2,6 +2,7 @@
 
     plan_shards.py SOURCE --world-size R [--workers W] [--seed S] [--epoch E] [--drop-last]
                    [--save-index PATH] [--json] [--plot PNG] [--storage-options JSON]
+                   [--index-workers N] [--write-sidecars] [--no-sidecars]
     plan_shards.py --simulate-shards S --records-per-shard N --world-size R ...
     plan_shards.py --stream NAME=SOURCE[:WEIGHT] [--stream ...] [--epoch-size E] --world-size R
 
@@ -31,9 +32,11 @@ from sampler import ShardSampler, distinct_per_batch
 from sampler.epoch import epoch_line, rank_length
 
 try:  # run as scripts/plan_shards.py, or installed as shardstream_scripts.plan_shards
+    from plan_index import build_index, save_sidecars
     from plan_mixture import StreamArg, mixture_doc, parse_stream
     from plan_plot import plot
 except ImportError:
+    from shardstream_scripts.plan_index import build_index, save_sidecars
     from shardstream_scripts.plan_mixture import StreamArg, mixture_doc, parse_stream
     from shardstream_scripts.plan_plot import plot
 
@@ -66,6 +69,15 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
         "--plot", metavar="PNG", help="draw the epoch line (or a mixture's passes), per-rank bytes"
     )
     p.add_argument("--storage-options", metavar="JSON", help="fsspec/s3fs options as JSON")
+    p.add_argument(
+        "--index-workers",
+        type=int,
+        default=1,
+        metavar="N",
+        help="processes scanning the shards while indexing (not --workers: DataLoader workers)",
+    )
+    p.add_argument("--write-sidecars", action="store_true", help="write .idx beside tar shards")
+    p.add_argument("--no-sidecars", action="store_true", help="index tar shards, not sidecars")
     p.add_argument("--simulate-shards", type=int, metavar="S", help="plan S synthetic shards")
     p.add_argument("--records-per-shard", type=int, metavar="N", help="with --simulate-shards")
     p.add_argument(
@@ -77,6 +89,8 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
     )
     p.add_argument("--epoch-size", type=int, metavar="E", help="a mixture's records an epoch")
     args = p.parse_args(argv)
+    if args.index_workers < 1:
+        p.error(f"--index-workers must be >= 1, got {args.index_workers}")
     if args.stream:
         if args.source is not None or args.simulate_shards is not None:
             p.error("--stream plans a mixture: give no SOURCE or --simulate-shards with it")
@@ -105,9 +119,14 @@ def load_streams(args: argparse.Namespace) -> list[ShardIndex | None]:
     streams: list[StreamArg] = args.stream
     if args.save_index:
         raise ValueError("--save-index saves one dataset's index: plan each stream alone")
+    options = _options(args)
     return [
-        None if a.simulated is not None else ShardIndex.resolve(a.source, _options(args))
-        for a in tqdm(streams, desc="indexing streams", unit="stream", disable=args.json)
+        None
+        if a.simulated is not None
+        else build_index(
+            a.source, options, args.index_workers, not args.no_sidecars, quiet=args.json
+        )
+        for a in streams
     ]
 
 
@@ -115,15 +134,13 @@ def load_index(args: argparse.Namespace) -> ShardIndex | None:
     if args.simulate_shards is not None:
         return None
     options = _options(args)
-    with tqdm(desc="indexing shards", unit="shard", disable=args.json) as bar:
-
-        def progress(done: int, total: int) -> None:
-            bar.total = total
-            bar.update(done - bar.n)
-
-        index = ShardIndex.resolve(args.source, options, progress)
+    index = build_index(
+        args.source, options, args.index_workers, not args.no_sidecars, quiet=args.json
+    )
     if args.save_index:
         index.save(args.save_index, options)
+    if args.write_sidecars:
+        save_sidecars(index, options, quiet=args.json)
     return index
 
 

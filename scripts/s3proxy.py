@@ -56,6 +56,13 @@ class Shaping:
 _SLICE = 64 << 10  # a shaped body is written in slices of this many bytes
 
 
+class _Server(ThreadingHTTPServer):
+    # socketserver listens with a backlog of 5: 64 clients connecting at once (s3fs with
+    # a larger connection pool, several ranks) would see SYNs dropped and retried a
+    # second later, a delay no object store adds
+    request_queue_size = 1024
+
+
 class CountingProxy:
     def __init__(
         self, upstream: str, faults: Faults | None = None, shaping: Shaping | None = None
@@ -151,7 +158,7 @@ class CountingProxy:
 
             do_GET = do_HEAD = do_PUT = do_POST = do_DELETE = _forward
 
-        self.server = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
+        self.server = _Server(("127.0.0.1", 0), Handler)
         self.server.daemon_threads = True
         self.url = f"http://127.0.0.1:{self.server.server_address[1]}"
 

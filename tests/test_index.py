@@ -230,3 +230,15 @@ def test_reading_a_changed_shard_raises_stale_index(tmp_path: Path, workers: int
     )
     with pytest.raises(StaleIndexError, match=r"part-00000.parquet \(indexed .*rebuild it"):
         list(loader)
+
+
+def test_s3_clients_keep_64_connections(s3: Any) -> None:
+    from loader.storage import S3_CONCURRENCY, filesystem
+
+    # botocore's default pool of 10 made 64 concurrent footer reads wait for each other:
+    # indexing N shards took N / 10 round trips (bench_index.py --only latency)
+    fs, _ = filesystem("s3://data/set", {**s3.storage_options, "skip_instance_cache": True})
+    assert fs.config_kwargs["max_pool_connections"] == S3_CONCURRENCY == 64
+    mine = {**s3.storage_options, "config_kwargs": {"max_pool_connections": 5}}
+    fs, _ = filesystem("s3://data/set", {**mine, "skip_instance_cache": True})
+    assert fs.config_kwargs["max_pool_connections"] == 5  # the caller's choice stays

@@ -5,8 +5,12 @@ from __future__ import annotations
 
 import io
 import tarfile
+from pathlib import Path
 
+import fsspec
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 from loader import ShardError
 from loader.formats.tar import _NeedsTarfile, _tarfile_members, _walk_headers, scan_tar
@@ -109,3 +113,75 @@ def test_a_header_with_a_signed_checksum_is_accepted_as_tarfile_accepts_it() -> 
     f = io.BytesIO(bytes(data))
     assert _walk_headers(f, "x.tar")[:2] == _tarfile_members(f, "x.tar", None)[:2]
     assert _walk_headers(f, "x.tar")[0] == [("é.cls", 512, 1, 0)]
+
+
+# ---- ranged header reads: one small read per header, bodies skipped ----------------------
+
+
+def _index_of(data: bytes, crossover: int | None) -> dict:
+    return scan_tar(io.BytesIO(data), "x.tar", len(data), crossover=crossover)
+
+
+def _tarfile_index(data: bytes) -> list[tuple[str, int, int]]:
+    with tarfile.open(fileobj=io.BytesIO(data)) as tf:
+        return [(m.name, m.offset_data, m.size) for m in tf if m.isreg()]
+
+
+@settings(max_examples=60, deadline=None)
+@given(
+    st.lists(
+        st.tuples(
+            st.sampled_from(["jpg", "cls", "json", "seg.png"]),
+            st.integers(0, 40_000),
+            st.booleans(),  # a new sample starts here
+        ),
+        max_size=40,
+    ),
+    st.sampled_from([tarfile.USTAR_FORMAT, tarfile.GNU_FORMAT]),
+)
+def test_ranged_sequential_and_tarfile_give_the_same_index(members: list, fmt: int) -> None:
+    names, key, used = [], 0, set()
+    for ext, size, new in members:
+        if new or (key, ext) in used:
+            key += 1
+        used.add((key, ext))
+        names.append((f"s{key:04d}.{ext}", bytes([key % 251]) * size, tarfile.REGTYPE))
+    data = _tar(fmt, names)
+    sequential = _index_of(data, None)
+    for crossover in (0, 1, 4096, 1 << 30):  # ranged from the start, soon, late, never
+        assert _index_of(data, crossover) == sequential
+    flat = [(f"{k}.{e}", o, n) for k, ms in zip(*sequential["details"].values()) for e, o, n in ms]
+    assert flat == [(n.lower(), o, s) for n, o, s in _tarfile_index(data)]
+
+
+def test_ranged_reads_skip_the_bodies(tmp_path: Path) -> None:
+    from loader.formats.tar import RangeFile
+    from loader.retry import RetryPolicy, bytes_fetched
+
+    big = [(f"s{i}.bin", bytes(300_000), tarfile.REGTYPE) for i in range(12)]
+    data = _tar(tarfile.USTAR_FORMAT, big)
+    path = tmp_path / "big.tar"
+    path.write_bytes(data)
+    fs = fsspec.filesystem("file")
+    got = {}
+    for crossover in (None, 0, 100_000):
+        before = bytes_fetched()
+        raw = RangeFile(fs, str(path), len(data), RetryPolicy(), None)
+        got[crossover] = (
+            scan_tar(raw, str(path), len(data), crossover=crossover),
+            bytes_fetched() - before,
+        )
+    assert got[None][0] == got[0][0] == got[100_000][0]
+    assert got[None][1] >= len(data)  # every byte
+    assert got[0][1] <= 13 * 8192  # a peek at each header and the end
+    # chosen from the first 1 MiB: members 300 KB apart are past a 100 KB crossover
+    assert got[100_000][1] <= (1 << 20) + 13 * 8192
+
+
+def test_choose_ranged() -> None:
+    from loader.formats.tar import choose_ranged
+
+    assert choose_ranged(1 << 20, 3, 256 << 10)  # ~350 KB apart
+    assert not choose_ranged(1 << 20, 100, 256 << 10)  # ~10 KB apart
+    assert choose_ranged(1 << 20, 0, 256 << 10)  # the first member alone is larger
+    assert not choose_ranged(1 << 20, 1, None)

@@ -27,6 +27,7 @@ from ..schemas import plain_type
 from ..shard import Shard
 from ..storage import FileEntry, check_version, redact
 from .columns import Block, BufferPool
+from .deferred import complete, estimated_bytes, is_deferred
 
 __all__ = ["ParquetFormat", "footer_details", "packed"]
 
@@ -356,6 +357,7 @@ class ParquetFormat:
         partition columns included: fetches the footer (once per shard and process) and
         only the column chunks of the asked columns in the row groups holding those rows.
         A shard that is no longer the indexed version raises StaleIndexError."""
+        shard = complete(self, fs, shard)  # a shard only counted so far: its footer now
         url = shard.url
         first_row, groups = _row_groups(shard, start, stop)
         names = list(columns) if columns is not None else None
@@ -415,6 +417,8 @@ class ParquetFormat:
 
     def piece_bytes(self, shard: Shard, start: int, stop: int) -> int:
         """Bytes of the row groups holding rows [start, stop), all columns."""
+        if is_deferred(shard):
+            return estimated_bytes(shard, start, stop)
         _, groups = _row_groups(shard, start, stop)
         return int(sum(shard.details["row_group_bytes"][g] for g in groups))
 

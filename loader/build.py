@@ -1,0 +1,365 @@
+"""Building a ShardIndex in three steps, so that any process can do any part of it:
+
+    discover(source)          -> Listing   the shards in index order, their format, and a
+                                           hint each (a record count, a sidecar)
+    scan(listing[part])       -> scanned   per shard {"num_records", "details"[, "schema"]}
+    assemble(listing, scanned) -> shards, schemas, partitioning
+
+One process runs all three (ShardIndex.build); under torch.distributed, rank 0 discovers,
+every rank scans its part and all assemble the same index (loader.distributed_index).
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass, field
+from typing import Any
+
+import numpy as np
+import pyarrow as pa
+
+from .errors import StaleSidecarError
+from .formats import format_for, format_of_url, known_suffixes
+from .formats.parquet import schema_from_b64
+from .formats.tar_index import find_idx, index_from_sidecars
+from .formats.wids import check_wids, normalize_url, read_wids
+from .manifest import is_manifest, read_manifest
+from .partitions import hive_values, is_hidden, partition_schema
+from .retry import RetryPolicy, retrying
+from .schemas import unify_schemas
+from .shard import Shard
+from .storage import FileEntry, file_entry, filesystem, list_files, redact
+
+__all__ = ["SCAN_BATCH", "Hint", "Listing", "assemble", "discover", "scan", "shares"]
+
+log = logging.getLogger(__name__)
+
+SCAN_BATCH = 256  # shards whose footers or headers are read in one concurrent batch
+# files a dataset folder may hold beside its shards without a warning: saved indexes,
+# wids shard lists, tar index sidecars (and manifests)
+_COMPANIONS = (".json", ".idx")
+_EXAMPLES = 5
+
+Progress = Callable[[int, int], None]  # (shards done, shards in all)
+
+
+@dataclass(frozen=True)
+class Hint:
+    """What is known of a shard before reading it: a record count (from a manifest or a
+    wids list: `origin` names it), whether the shard may be left for its reader to index
+    (`defer`), and a DALI sidecar to read instead of the shard."""
+
+    records: int | None = None
+    origin: str = ""
+    defer: bool = False
+    sidecar: FileEntry | None = None
+
+
+@dataclass(frozen=True)
+class Listing:
+    """The shards of a source in index order, their one format, and a hint for each (or
+    None). Plain data: it is broadcast to ranks and pickled to worker processes."""
+
+    format: str
+    entries: list[FileEntry]
+    hints: list[Hint | None] = field(default_factory=list)
+
+    def part(self, indices: Sequence[int]) -> Listing:
+        hints = self.hints or [None] * len(self.entries)
+        return Listing(self.format, [self.entries[i] for i in indices], [hints[i] for i in indices])
+
+    def hint(self, i: int) -> Hint | None:
+        return self.hints[i] if self.hints else None
+
+
+REQUEST_BYTES = 1 << 20  # a request costs about what reading this many bytes costs
+
+
+def shares(listing: Listing, parts: int) -> list[list[int]]:
+    """The listing cut into `parts` contiguous runs of shards of about equal scanning cost:
+    a request per shard, plus the bytes a scan reads (a tar's whole size, a sidecar's
+    size; nothing for a deferred shard) at REQUEST_BYTES per request. Shard i goes to the
+    part its cost's midpoint falls in. The same on every process for the same listing."""
+    n = len(listing.entries)
+    # (n,) what scanning each shard costs, in requests
+    cost = np.ones(n)
+    for i, e in enumerate(listing.entries):
+        h = listing.hint(i)
+        if h is not None and h.defer:
+            cost[i] = 0.0
+        elif h is not None and h.sidecar is not None:
+            cost[i] = 1.0 + h.sidecar.size / REQUEST_BYTES
+        elif listing.format == "tar":
+            cost[i] = 1.0 + e.size / REQUEST_BYTES
+    total = cost.sum()
+    if total <= 0:
+        cost, total = np.ones(n), float(n)
+    # (n,) the part of each shard: where the midpoint of its cost falls
+    middle = np.cumsum(cost) - cost / 2
+    part = np.minimum((middle * parts / max(total, 1e-12)).astype(np.int64), parts - 1)
+    return [np.flatnonzero(part == k).tolist() for k in range(parts)]
+
+
+def _list_dir(
+    source: str, storage_options: dict[str, Any] | None, listed: Callable[[int], None] | None
+) -> tuple[list[FileEntry], list[FileEntry]]:
+    """(shards, companion files) of a directory, prefix, glob or file, in a fixed order.
+
+    Below a listed directory, files and folders whose names start with ``_`` or ``.`` are
+    not data (Spark's ``_SUCCESS`` and ``_temporary/``, ``.crc`` files), as in
+    pyarrow.dataset. Any other file without a shard suffix is skipped with a WARNING that
+    names how many and a few of them, except index files (``.json``, ``.idx``)."""
+    found = list_files(source, storage_options, listed)
+    listed_files = [e for e in found if not is_hidden(e.relpath)]
+    # a manifest kept beside the shards (train.manifest.parquet) is not one of them
+    entries = [e for e in listed_files if format_of_url(e.url) and not is_manifest(e.url)]
+    if not entries:
+        raise FileNotFoundError(
+            f"{redact(source)}: no shards found ({len(found)} files, none ending in "
+            f"{known_suffixes()} outside folders and files starting with _ or .)"
+        )
+    companions = [e for e in listed_files if e.url.lower().endswith(_COMPANIONS)]
+    skipped = [
+        e.relpath or e.url
+        for e in listed_files
+        if not format_of_url(e.url)
+        and not e.url.lower().endswith(_COMPANIONS)
+        and not is_manifest(e.url)
+    ]
+    if skipped:
+        log.warning(
+            "%s: skipped %d file(s) that are not shards (shard suffixes: %s), e.g. %s",
+            redact(source),
+            len(skipped),
+            known_suffixes(),
+            ", ".join(skipped[:_EXAMPLES]),
+        )
+    if len(found) > len(listed_files):
+        log.info(
+            "%s: %d file(s) under names starting with _ or . are not data",
+            redact(source),
+            len(found) - len(listed_files),
+        )
+    return entries, companions
+
+
+def _check_known(urls: Sequence[str]) -> None:
+    for url in urls:
+        if not format_of_url(url):
+            raise ValueError(
+                f"{redact(url)}: unknown shard format; known suffixes: {known_suffixes()}"
+            )
+
+
+def _list_urls(urls: Sequence[str], storage_options: dict[str, Any] | None) -> list[FileEntry]:
+    """URLs of a list as they are, each asked for its size and version."""
+    if not urls:
+        raise ValueError(
+            "the source list is empty: give shard URLs, or loader.Stream objects for a mixture"
+        )
+    _check_known(urls)
+    return [file_entry(u, storage_options) for u in urls]
+
+
+def _one_format(entries: Sequence[FileEntry]) -> str:
+    formats = sorted({str(format_of_url(e.url)) for e in entries})
+    if len(formats) > 1:
+        examples = [next(e.url for e in entries if format_of_url(e.url) == f) for f in formats]
+        raise ValueError(
+            "mixed shard formats in one dataset: "
+            + ", ".join(f"{f} ({redact(u)})" for f, u in zip(formats, examples))
+            + "; index each format separately"
+        )
+    return formats[0]
+
+
+def discover(
+    source: str | Sequence[str],
+    storage_options: dict[str, Any] | None = None,
+    retry: RetryPolicy | None = None,
+    listed: Callable[[int], None] | None = None,
+    sidecars: bool = True,
+) -> Listing:
+    """The shards of a directory, prefix, glob, file, list of URLs or manifest, in index
+    order, with their format (one per dataset: mixing raises ValueError) and hints.
+
+    Tar shards get their hints from what the listing holds beside them (with `sidecars`):
+    a DALI ``.idx`` sidecar, or a wids shard list at the top of the listing (its counts
+    are checked against the shards' sizes; a mismatch raises StaleSidecarError). A list
+    of URLs or a manifest is taken as it is (sidecars are found by listing). `listed(n)`
+    is told the files listed so far."""
+    retry = retry or RetryPolicy()
+    where = source if isinstance(source, str) else "the listed shards"
+    companions: list[FileEntry] = []
+    hints: list[Hint | None] = []
+    if is_manifest(source):
+        rows = retrying(where, retry, lambda: read_manifest(str(source), storage_options, retry))
+        entries = [r.entry for r in rows]
+        _check_known([e.url for e in entries])
+        hints = [
+            None if r.records is None else Hint(r.records, str(source), defer=True) for r in rows
+        ]
+    elif isinstance(source, str):
+        entries, companions = retrying(
+            where, retry, lambda: _list_dir(source, storage_options, listed)
+        )
+    else:
+        entries = retrying(where, retry, lambda: _list_urls(list(source), storage_options))
+    name = _one_format(entries)
+    if name == "tar" and sidecars and companions:
+        hints = _tar_hints(entries, companions, storage_options, retry)
+    first = hints[0] if hints else None
+    if name == "parquet" and first is not None and all(h is not None and h.defer for h in hints):
+        hints[0] = Hint(first.records, first.origin)  # its footer gives the schema
+    return Listing(name, entries, hints)
+
+
+def _tar_hints(
+    entries: Sequence[FileEntry],
+    companions: Sequence[FileEntry],
+    storage_options: dict[str, Any] | None,
+    retry: RetryPolicy,
+) -> list[Hint | None]:
+    """Per tar shard: its DALI sidecar, else its wids count (deferred), else None."""
+    fs, _ = filesystem(entries[0].url, storage_options)
+    idx = find_idx(entries, companions)
+    counts = {} if all(idx) else read_wids(fs, companions, retry)
+    hints: list[Hint | None] = []
+    for entry, side in zip(entries, idx):
+        count = counts.get(normalize_url(entry.url))
+        if count is not None:
+            check_wids(entry, count)
+        if side is not None:  # a wids count, if any, is checked against the sidecar's
+            records, origin = (count[0], count[2]) if count else (None, "")
+            hints.append(Hint(records, origin, sidecar=side))
+        elif count is not None:
+            hints.append(Hint(count[0], count[2], defer=True))
+        else:
+            hints.append(None)
+    used = sum(h is not None for h in hints)
+    if used:
+        log.info("%d of %d tar shards have a sidecar index or a wids count", used, len(entries))
+    return hints
+
+
+def scan(
+    listing: Listing,
+    storage_options: dict[str, Any] | None = None,
+    retry: RetryPolicy | None = None,
+    progress: Progress | None = None,
+) -> list[dict[str, Any]]:
+    """Per shard of the listing, what its format's `scan` gives ({"num_records",
+    "details"}, and "schema" for Parquet), reading as little as its hint allows:
+
+    - a shard the hint lets be deferred: nothing read; its details say so
+      (``{"deferred": <manifest or list>}``) and its reader indexes it on first use;
+    - a tar shard with a DALI sidecar: the sidecar and three small checks of the shard;
+    - others: the format's scan, SCAN_BATCH shards at a time.
+
+    A shard whose scan finds another record count than its hint gives raises
+    StaleSidecarError naming the manifest or list. `progress(done, total)` follows."""
+    retry = retry or RetryPolicy()
+    n = len(listing.entries)
+    out: list[dict[str, Any] | None] = [None] * n
+    if not n:
+        return []
+    fs, _ = filesystem(listing.entries[0].url, storage_options)
+    fmt = format_for(listing.format, retry=retry)
+    done = 0
+    sided: list[tuple[int, FileEntry]] = []  # (shard, its sidecar)
+    rest: list[int] = []
+    for i in range(n):
+        h = listing.hint(i)
+        if h is not None and h.defer:
+            out[i] = {"num_records": h.records, "details": {"deferred": h.origin}}
+            done += 1
+        elif h is not None and h.sidecar is not None:
+            sided.append((i, h.sidecar))
+        else:
+            rest.append(i)
+    for lo in range(0, len(sided), SCAN_BATCH):
+        pairs = sided[lo : lo + SCAN_BATCH]
+        unnamed = _from_sidecars(fs, listing, pairs, retry, out)
+        rest += unnamed
+        done += len(pairs) - len(unnamed)
+        if progress is not None:
+            progress(done, n)
+    for lo in range(0, len(rest), SCAN_BATCH):
+        batch = rest[lo : lo + SCAN_BATCH]
+        for i, got in zip(batch, fmt.scan(fs, [listing.entries[i] for i in batch])):
+            out[i] = got
+        done += len(batch)
+        if progress is not None:
+            progress(done, n)
+    for i, row in enumerate(out):
+        _check_count(listing.entries[i], listing.hint(i), row)
+    return [g for g in out if g is not None]
+
+
+def _from_sidecars(
+    fs: Any,
+    listing: Listing,
+    batch: Sequence[tuple[int, FileEntry]],
+    retry: RetryPolicy,
+    out: list[dict[str, Any] | None],
+) -> list[int]:
+    """Index the (shard, sidecar) pairs of `batch` into `out`; returns the shards whose
+    sidecar has no member names (v1.1), to be scanned."""
+    entries = [listing.entries[i] for i, _ in batch]
+    got = index_from_sidecars(fs, entries, [side for _, side in batch], retry)
+    for (i, _), g in zip(batch, got):
+        out[i] = g
+    return [i for (i, _), g in zip(batch, got) if g is None]
+
+
+def _check_count(entry: FileEntry, hint: Hint | None, got: dict[str, Any] | None) -> None:
+    if hint is None or hint.records is None or got is None or hint.defer:
+        return
+    if int(got["num_records"]) != hint.records:
+        raise StaleSidecarError(
+            f"{redact(hint.origin)}: gives {hint.records} records for {redact(entry.url)}, the "
+            f"shard holds {got['num_records']}; it is stale: rebuild it or remove it"
+        )
+
+
+def assemble(
+    listing: Listing, scanned: Sequence[dict[str, Any]], storage_options: dict[str, Any] | None
+) -> tuple[list[Shard], list[pa.Schema], pa.Schema | None]:
+    """(shards, distinct Parquet schemas, Hive partitioning) from the scanned listing, in
+    listing order: what `ShardIndex(...)` takes. Pure: every rank that assembles the same
+    inputs gets the same index."""
+    name = listing.format
+    schemas: list[pa.Schema] = []
+    partitioning = None
+    if name == "parquet" and listing.entries:
+        fs, _ = filesystem(listing.entries[0].url, storage_options)
+        schemas = _number_schemas(scanned)
+        values = [hive_values(e.relpath or fs._strip_protocol(e.url)) for e in listing.entries]
+        inside = set(unify_schemas(schemas).names) if schemas else set()
+        # a key the files hold as a column too (polars writes both): the file's column
+        # wins, as polars' own hive reader does
+        keys = [f for f in partition_schema(values) if f.name not in inside]
+        if keys:
+            partitioning = pa.schema(keys)
+            for s, v in zip(scanned, values):
+                s["details"]["partitions"] = {k: v[k] for k in partitioning.names if k in v}
+    shards = [
+        Shard(e.url, name, int(s["num_records"]), e.size, e.version, s["details"])
+        for e, s in zip(listing.entries, scanned)
+    ]
+    log.info(
+        "indexed %d %s shards, %d records", len(shards), name, sum(s.num_records for s in shards)
+    )
+    return shards, schemas, partitioning
+
+
+def _number_schemas(scanned: Sequence[dict[str, Any]]) -> list[pa.Schema]:
+    """The distinct schemas of the scanned Parquet shards, in first-seen order; each
+    shard's details get its schema's number (deferred shards have none yet: their reader
+    checks their columns against the dataset's)."""
+    numbers: dict[str, int] = {}
+    for s in scanned:
+        if "schema" in s:
+            s["details"]["schema"] = numbers.setdefault(s.pop("schema"), len(numbers))
+    return [schema_from_b64(text) for text in numbers]

@@ -1,0 +1,260 @@
+"""The index built by many processes: one lists, each scans a disjoint share, all assemble.
+
+Under an initialized torch.distributed process group (`build_distributed`):
+
+    rank 0      discover(source)              the listing (or manifest), once
+    broadcast   the listing                   every rank gets the same shard order
+    rank r      scan(share r)                 1/R of the footers, headers or sidecars
+    all_gather  the parts                     every rank gets every part
+    every rank  assemble(listing, parts)      the same index, on every rank
+
+Every rank takes part in both collectives whatever happens: an exception while listing
+or scanning travels in the collective as its type and message, and every rank then raises
+the same error (the first failing rank's, which names the shard), so no rank is left
+waiting. `build_parallel` does the same split over worker processes on one machine
+(``shardstream-plan --index-workers N``).
+"""
+
+from __future__ import annotations
+
+import logging
+import multiprocessing
+import time
+from collections.abc import Callable, Sequence
+from concurrent.futures import FIRST_COMPLETED, ProcessPoolExecutor, wait
+from dataclasses import dataclass
+from typing import Any
+
+import torch.distributed as dist
+
+from .build import SCAN_BATCH, Listing, assemble, discover, scan, shares
+from .errors import ShardError, StaleIndexError, StaleSidecarError
+from .index import INDEX_SUFFIXES, ShardIndex
+from .retry import RetryPolicy
+from .storage import filesystem
+
+__all__ = ["build_distributed", "build_parallel", "shared_index"]
+
+log = logging.getLogger(__name__)
+
+_KNOWN = {
+    c.__name__: c
+    for c in (
+        ShardError,
+        StaleIndexError,
+        StaleSidecarError,
+        FileNotFoundError,
+        PermissionError,
+        ValueError,
+    )
+}
+
+
+@dataclass(frozen=True)
+class _Failure:
+    """An exception as it travels between processes (any exception pickles this way)."""
+
+    kind: str
+    message: str
+    where: str
+
+    @classmethod
+    def of(cls, e: BaseException, where: str) -> _Failure:
+        return cls(type(e).__name__, str(e), where)
+
+    def error(self) -> Exception:
+        """The same kind of exception where it is one of ours or a builtin the loader
+        raises (its message names the shard), else a ShardError quoting it."""
+        known = _KNOWN.get(self.kind)
+        if known is None:
+            return ShardError(f"indexing failed {self.where}: {self.kind}: {self.message}")
+        return known(f"{self.message} (indexing {self.where})")
+
+
+Part = tuple[list[str], list[dict[str, Any]]]  # distinct schemas, scanned rows naming them
+
+
+def _pack(scanned: Sequence[dict[str, Any]]) -> Part:
+    """Scanned shards with each Parquet schema sent once, not once per shard."""
+    texts: dict[str, int] = {}
+    rows = []
+    for s in scanned:
+        row = dict(s)
+        if "schema" in row:
+            row["schema"] = texts.setdefault(row["schema"], len(texts))
+        rows.append(row)
+    return list(texts), rows
+
+
+def _unpack(part: Part) -> list[dict[str, Any]]:
+    texts, rows = part
+    for row in rows:
+        if "schema" in row:
+            row["schema"] = texts[row["schema"]]
+    return rows
+
+
+def _scan_part(
+    listing: Listing, storage_options: dict[str, Any] | None, retry: RetryPolicy, where: str
+) -> Part | _Failure:
+    try:
+        return _pack(scan(listing, storage_options, retry))
+    except Exception as e:  # travels to every process, raised there
+        return _Failure.of(e, where)
+
+
+def _index(
+    listing: Listing,
+    parts: Sequence[tuple[Sequence[int], Part]],
+    storage_options: dict[str, Any] | None,
+) -> ShardIndex:
+    """The index from scanned parts (each: the listing positions it covers, its rows)."""
+    scanned: list[dict[str, Any]] = [{}] * len(listing.entries)
+    for positions, part in parts:
+        for i, row in zip(positions, _unpack(part)):
+            scanned[i] = row
+    return ShardIndex(*assemble(listing, scanned, storage_options))
+
+
+def build_distributed(
+    source: str | Sequence[str],
+    storage_options: dict[str, Any] | None = None,
+    retry: RetryPolicy | None = None,
+) -> ShardIndex:
+    """Build the index of `source` with every rank of the initialized default process
+    group scanning a disjoint share of the shards (contiguous runs of about equal cost:
+    loader.build.shares). Returns the same index on every rank; an error on any rank is
+    raised on every rank."""
+    retry = retry or RetryPolicy()
+    rank, world = dist.get_rank(), dist.get_world_size()
+    t0 = time.perf_counter()
+    box: list[Any] = [None]
+    if rank == 0:
+        try:
+            box[0] = discover(source, storage_options, retry)
+        except Exception as e:
+            box[0] = _Failure.of(e, "on rank 0, listing the source")
+    else:
+        _connect(source, storage_options)  # while rank 0 lists
+    dist.broadcast_object_list(box, src=0)
+    if isinstance(box[0], _Failure):
+        raise box[0].error()
+    listing: Listing = box[0]
+    t1 = time.perf_counter()
+    positions = shares(listing, world)
+    mine = positions[rank]
+    part = _scan_part(listing.part(mine), storage_options, retry, f"on rank {rank}")
+    t2 = time.perf_counter()
+    gathered: list[Any] = [None] * world
+    dist.all_gather_object(gathered, part)
+    failed = [g for g in gathered if isinstance(g, _Failure)]
+    if failed:
+        raise failed[0].error()
+    t3 = time.perf_counter()
+    index = _index(listing, list(zip(positions, gathered)), storage_options)
+    log.info(
+        "rank %d of %d: %d shards indexed in %.2fs (listing and broadcast %.2fs, scanning "
+        "%d shards %.2fs, gathering %.2fs, assembling %.2fs)",
+        rank,
+        world,
+        len(listing.entries),
+        time.perf_counter() - t0,
+        t1 - t0,
+        len(mine),
+        t2 - t1,
+        t3 - t2,
+        time.perf_counter() - t3,
+    )
+    return index
+
+
+def _connect(source: str | Sequence[str], storage_options: dict[str, Any] | None) -> None:
+    """Open this process's filesystem for the source: an S3 client loads its service model
+    and credentials (~0.5 s), which would otherwise come after rank 0's listing, on the
+    critical path. Errors are left for the scan, which names the shard."""
+    url = source if isinstance(source, str) else next(iter(source), None)
+    if not url:
+        return
+    try:
+        fs, _ = filesystem(url, storage_options)
+        connect = getattr(fs, "connect", None)
+        if callable(connect):
+            connect()
+    except Exception as e:  # the scan reports what is wrong
+        log.debug("connecting for %s: %s", url, e)
+
+
+def _broadcast_saved(source: str, storage_options: dict[str, Any] | None) -> ShardIndex:
+    """A saved index: rank 0 reads it, the others get it from rank 0 (one read, not R)."""
+    box: list[Any] = [None]
+    if dist.get_rank() == 0:
+        try:
+            box[0] = ShardIndex.load(source, storage_options).to_json(keep_credentials=True)
+        except Exception as e:
+            box[0] = _Failure.of(e, "on rank 0, loading the saved index")
+    dist.broadcast_object_list(box, src=0)
+    if isinstance(box[0], _Failure):
+        raise box[0].error()
+    return ShardIndex.from_json(box[0])
+
+
+def shared_index(
+    source: Any, storage_options: dict[str, Any] | None, retry: RetryPolicy
+) -> ShardIndex:
+    """The dataset's index, built once per job: as given (a ShardIndex); without a process
+    group (or with one rank), built or loaded here; under one, a saved index read by rank
+    0 and broadcast, else built by all ranks (`build_distributed`)."""
+    if isinstance(source, ShardIndex):
+        return source
+    if not (dist.is_available() and dist.is_initialized()) or dist.get_world_size() == 1:
+        return ShardIndex.resolve(source, storage_options, retry=retry)
+    if not isinstance(source, str | list | tuple):
+        return ShardIndex.resolve(source)  # raises the same ValueError on every rank
+    if isinstance(source, str) and source.endswith(INDEX_SUFFIXES):
+        return _broadcast_saved(source, storage_options)
+    return build_distributed(source, storage_options, retry)
+
+
+def build_parallel(
+    source: str | Sequence[str],
+    storage_options: dict[str, Any] | None = None,
+    workers: int = 1,
+    retry: RetryPolicy | None = None,
+    progress: Callable[[int, int], None] | None = None,
+    listed: Callable[[int], None] | None = None,
+    sidecars: bool = True,
+) -> ShardIndex:
+    """Build the index of `source` here, scanning with `workers` processes (batches of
+    SCAN_BATCH shards each; one process lists first). A failing batch stops the build and
+    its error, which names the shard, is raised here."""
+    retry = retry or RetryPolicy()
+    listing = discover(source, storage_options, retry, listed, sidecars)
+    n = len(listing.entries)
+    if workers <= 1 or n <= SCAN_BATCH:
+        return ShardIndex(
+            *assemble(listing, scan(listing, storage_options, retry, progress), storage_options)
+        )
+    batches = [list(range(lo, min(n, lo + SCAN_BATCH))) for lo in range(0, n, SCAN_BATCH)]
+    methods = multiprocessing.get_all_start_methods()
+    context = multiprocessing.get_context("fork" if "fork" in methods else "spawn")
+    parts: list[tuple[Sequence[int], Part]] = []
+    with ProcessPoolExecutor(workers, mp_context=context) as pool:
+        pending = {
+            pool.submit(_scan_part, listing.part(b), storage_options, retry, "in a worker"): b
+            for b in batches
+        }
+        done = 0
+        while pending:
+            finished, _ = wait(pending, return_when=FIRST_COMPLETED)
+            for future in finished:
+                batch = pending.pop(future)
+                got = future.result()
+                if isinstance(got, _Failure):
+                    for other in pending:
+                        other.cancel()
+                    raise got.error()
+                parts.append((batch, got))
+                done += len(batch)
+                if progress is not None:
+                    progress(done, n)
+    return _index(listing, parts, storage_options)

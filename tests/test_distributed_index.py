@@ -1,0 +1,102 @@
+"""The index built by all ranks (torchrun, gloo) and by worker processes: the same index
+everywhere, each share scanned once, and a failure on any rank raised on every rank."""
+
+from __future__ import annotations
+
+import hashlib
+import json
+from pathlib import Path
+from typing import Any
+
+import fsspec
+import pytest
+
+from loader import ShardError, ShardIndex
+from loader.build import discover, shares
+from loader.distributed_index import build_parallel
+
+from .conftest import REPO, torchrun
+from .datagen import write_dataset
+
+LOCAL = fsspec.filesystem("file")
+
+
+def digest(index: ShardIndex) -> str:
+    return hashlib.sha256(json.dumps(index.to_json(), sort_keys=True).encode()).hexdigest()
+
+
+def test_ranks_build_one_index_and_share_failures(tmp_path: Path) -> None:
+    sizes = [30, 0, 12, 25, 7, 19, 40]
+    parquet = write_dataset(LOCAL, str(tmp_path / "p"), "parquet", sizes=sizes)
+    write_dataset(LOCAL, str(tmp_path / "t"), "tar", sizes=sizes)
+    write_dataset(LOCAL, str(tmp_path / "bad"), "tar", sizes=sizes)
+    bad = tmp_path / "bad" / "part-00004.tar"
+    bad.write_bytes(bad.read_bytes()[:1500])  # cut inside a member
+    owner = next(
+        r for r, part in enumerate(shares(discover(str(tmp_path / "bad")), 3)) if 4 in part
+    )
+    ShardIndex.build(str(tmp_path / "t")).save(str(tmp_path / "t.index.json"))
+    sources = [str(tmp_path / "p"), str(tmp_path / "t"), str(tmp_path / "bad")]
+    sources += [str(tmp_path / "missing"), parquet[::-1], str(tmp_path / "t.index.json")]
+    out = torchrun(
+        REPO / "tests" / "dist" / "build_index.py",
+        "null",
+        *[json.dumps(s) for s in sources],
+        nproc=3,
+    )
+    results = [
+        [json.loads(line.split(" ", 1)[1]) for line in o.splitlines() if line.startswith("RESULT")]
+        for o in out
+    ]
+    assert [len(r) for r in results] == [len(sources)] * 3  # no rank stopped or hung
+    for k, source in enumerate(sources):
+        got = [r[k] for r in results]
+        if k in (2, 3):  # every rank raises the failing rank's error, naming the shard
+            assert len({(g["error"], g["message"]) for g in got}) == 1
+            continue
+        want = ShardIndex.resolve(source)
+        assert [g["digest"] for g in got] == [digest(want)] * 3
+    assert results[0][2]["error"] == "ShardError"
+    assert "part-00004.tar: truncated tar" in results[0][2]["message"]
+    assert f"(indexing on rank {owner})" in results[0][2]["message"]
+    assert results[0][3]["error"] == "FileNotFoundError"
+    assert "missing: no such file" in results[0][3]["message"]
+    # each rank read its own share of the tar shards, every byte once over all ranks
+    listing = discover(str(tmp_path / "t"))
+    want = [sum(listing.entries[i].size for i in part) for part in shares(listing, 3)]
+    assert [r[1]["fetched"] for r in results] == want
+    assert all(want)
+
+
+def test_worker_processes_build_the_same_index(tmp_path: Path, monkeypatch: Any) -> None:
+    from loader import build
+
+    monkeypatch.setattr(build, "SCAN_BATCH", 2)
+    import loader.distributed_index as di
+
+    monkeypatch.setattr(di, "SCAN_BATCH", 2)
+    write_dataset(LOCAL, str(tmp_path / "p"), "parquet")
+    seen: list[tuple[int, int]] = []
+    got = build_parallel(str(tmp_path / "p"), workers=2, progress=lambda d, n: seen.append((d, n)))
+    assert digest(got) == digest(ShardIndex.build(str(tmp_path / "p")))
+    assert seen[-1] == (6, 6) and len(seen) == 3
+    bad = tmp_path / "p" / "part-00003.parquet"
+    bad.write_bytes(b"garbage, not parquet")
+    with pytest.raises(ShardError, match=r"part-00003.parquet: not a Parquet file"):
+        build_parallel(str(tmp_path / "p"), workers=2)
+
+
+@pytest.mark.parametrize("parts", [1, 2, 3, 8])
+def test_shares_are_disjoint_contiguous_and_of_about_equal_cost(parts: int) -> None:
+    from loader.build import REQUEST_BYTES, Hint, Listing
+    from loader.storage import FileEntry
+
+    sizes = [(i * 7919) % 5_000_000 for i in range(200)]
+    entries = [FileEntry(f"s{i}.tar", n, None) for i, n in enumerate(sizes)]
+    hints = [Hint(10, "m", defer=True) if i % 5 == 0 else None for i in range(200)]
+    listing = Listing("tar", entries, hints)
+    got = shares(listing, parts)
+    assert [i for part in got for i in part] == list(range(200))  # disjoint, complete, in order
+    cost = [0 if h else 1 + n / REQUEST_BYTES for n, h in zip(sizes, hints)]
+    per = [sum(cost[i] for i in part) for part in got]
+    assert max(per) - min(per) <= 2 * max(cost)

@@ -1,0 +1,128 @@
+"""Manifests as sources: shards with sizes (and record counts) named in a text or Parquet
+file; a job starts without listing, and without reading footers where counts are given."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+import fsspec
+import pyarrow as pa
+import pyarrow.parquet as pq
+import pytest
+
+from loader import ShardIndex, StaleIndexError, StreamingDataset
+from loader.errors import StaleSidecarError
+from scripts.s3proxy import counting_proxy
+
+from .datagen import SIZES, record_id, write_dataset
+
+LOCAL = fsspec.filesystem("file")
+
+
+def _lines(index: ShardIndex, records: bool = True, version: str = "") -> str:
+    """A text manifest; `version` "plain" or "quoted" adds the versions (ETags)."""
+    rows = ["# url size records version", ""]
+    for s in index.shards:
+        name = s.url.rsplit("/", 1)[1]  # relative: to the manifest's folder
+        tag = {"": "", "plain": f" {s.version}", "quoted": f' "{s.version}"'}[version]
+        rows.append(f"{name} {s.bytes} {s.num_records if records else '-'}{tag}")
+    return "\n".join(rows) + "\n"
+
+
+@pytest.mark.parametrize("fmt", ["parquet", "tar"])
+def test_text_manifest_with_counts_reads_no_shard_to_start(tmp_path: Path, fmt: str) -> None:
+    write_dataset(LOCAL, str(tmp_path / "d"), fmt)
+    listed = ShardIndex.build(str(tmp_path / "d"))
+    (tmp_path / "d" / "train.manifest").write_text(_lines(listed))
+    index = ShardIndex.build(str(tmp_path / "d" / "train.manifest"))
+    assert [s.url for s in index.shards] == [s.url for s in listed.shards]
+    assert index.shard_sizes.tolist() == SIZES
+    deferred = [bool(s.details.get("deferred")) for s in index.shards]
+    # Parquet: the first shard's footer gives the dataset's schema; nothing else is read
+    assert deferred == [fmt == "tar"] + [True] * 5
+    if fmt == "parquet":
+        assert index.schema == listed.schema
+    ds = StreamingDataset(str(tmp_path / "d" / "train.manifest"), seed=3)
+    assert sorted(record_id(r) for r in ds) == list(range(sum(SIZES)))
+    # a folder holding a manifest: the manifest is not a shard
+    assert len(ShardIndex.build(str(tmp_path / "d"))) == len(SIZES)
+
+
+def test_parquet_manifest_with_and_without_counts(tmp_path: Path) -> None:
+    write_dataset(LOCAL, str(tmp_path / "d"), "parquet")
+    listed = ShardIndex.build(str(tmp_path / "d"))
+    table = pa.table(
+        {
+            "url": [s.url for s in listed.shards],  # absolute here
+            "size": [s.bytes for s in listed.shards],
+            "records": [s.num_records if i % 2 else None for i, s in enumerate(listed.shards)],
+        }
+    )
+    pq.write_table(table, tmp_path / "train.manifest.parquet")
+    index = ShardIndex.build(str(tmp_path / "train.manifest.parquet"))
+    assert index.shard_sizes.tolist() == SIZES
+    # shards without a count are indexed as a listing would index them
+    for i, (got, want) in enumerate(zip(index.shards, listed.shards)):
+        assert ("deferred" in got.details) == bool(i % 2)
+        if not i % 2:
+            assert got.details == want.details
+    ids = sorted(record_id(r) for r in StreamingDataset(index, batch_size=None))
+    assert ids == list(range(sum(SIZES)))
+
+
+def test_a_manifest_over_s3_lists_nothing_and_reads_one_footer(s3: Any) -> None:
+    fs = s3.fs()
+    fs.mkdir("man")
+    write_dataset(fs, "man/d", "parquet")
+    listed = ShardIndex.build("s3://man/d", s3.storage_options)
+    fs.pipe("man/d/train.manifest", _lines(listed, version="quoted").encode())  # as S3 gives
+    with counting_proxy(s3.endpoint_url) as proxy:
+        opts = {"client_kwargs": {"endpoint_url": proxy.url}}
+        index = ShardIndex.build("s3://man/d/train.manifest", opts)
+    assert index.shard_sizes.tolist() == SIZES
+    assert [s.version for s in index.shards] == [s.version for s in listed.shards]
+    gets = [path for method, path, _ in proxy.requests if method == "GET"]
+    assert not [p for p in gets if "list-type" in p]  # no listing
+    assert [p for p in gets if p.endswith(".parquet")] == ["/man/d/part-00000.parquet"]
+    ids = sorted(record_id(r) for r in StreamingDataset(index, storage_options=s3.storage_options))
+    assert ids == list(range(sum(SIZES)))
+
+
+def test_a_wrong_count_or_version_is_caught_when_the_shard_is_read(tmp_path: Path) -> None:
+    write_dataset(LOCAL, str(tmp_path / "d"), "tar")
+    listed = ShardIndex.build(str(tmp_path / "d"))
+    size = listed.shards[2].bytes
+    text = _lines(listed).replace(f"part-00002.tar {size} 41", f"part-00002.tar {size} 40")
+    (tmp_path / "d" / "a.manifest").write_text(text)
+    index = ShardIndex.build(str(tmp_path / "d" / "a.manifest"))
+    with pytest.raises(StaleSidecarError, match=r"a.manifest: gives 40 records for .*part-00002"):
+        list(StreamingDataset(index, shuffle=False))
+    bad = _lines(listed, version="plain").replace(str(listed.shards[0].version), "0:0")
+    (tmp_path / "d" / "b.manifest").write_text(bad)
+    index = ShardIndex.build(str(tmp_path / "d" / "b.manifest"))
+    with pytest.raises(StaleIndexError, match=r"part-00000.tar \(indexed \d+ bytes, version 0:0"):
+        list(StreamingDataset(index, shuffle=False))
+
+
+@pytest.mark.parametrize(
+    ("text", "message"),
+    [
+        ("a.parquet\n", r"x.manifest line 1: expected 'url size \[records \[version\]\]'"),
+        ("a.parquet - 3\n", r"x.manifest line 1: the size of a.parquet is required"),
+        ("# c\na.parquet 10 ten\n", r"x.manifest line 2: records must be an integer >= 0"),
+        ("a.parquet -5\n", r"x.manifest line 1: size must be an integer >= 0"),
+        ("# nothing\n", r"x.manifest: the manifest names no shards"),
+        ("a.csv 10\n", r"a.csv: unknown shard format"),
+    ],
+)
+def test_malformed_manifests_are_named(tmp_path: Path, text: str, message: str) -> None:
+    (tmp_path / "x.manifest").write_text(text)
+    with pytest.raises(ValueError, match=message):
+        ShardIndex.build(str(tmp_path / "x.manifest"))
+
+
+def test_a_parquet_manifest_needs_url_and_size(tmp_path: Path) -> None:
+    pq.write_table(pa.table({"url": ["a.parquet"]}), tmp_path / "m.manifest.parquet")
+    with pytest.raises(ValueError, match=r"needs columns url and size \(missing \['size'\]"):
+        ShardIndex.build(str(tmp_path / "m.manifest.parquet"))
