@@ -83,6 +83,7 @@ S3_RETRIES = 1  # s3fs: tries of each call (its wrapper nests: more would multip
 S3_TOTAL_ATTEMPTS = 2  # botocore: the request and one retry (a stale pooled connection)
 S3_CONNECT_TIMEOUT = 5.0  # seconds to open a connection (s3fs's own default)
 S3_READ_TIMEOUT = 10.0  # seconds without a byte from an open connection (s3fs's: 15)
+S3_CONCURRENCY = 64  # ranged GETs in flight at once, and connections kept (botocore: 10)
 
 
 def s3_defaults(storage_options: dict[str, Any] | None) -> dict[str, Any]:
