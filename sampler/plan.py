@@ -104,9 +104,7 @@ class Plan:
         end of the plan, the number of blocks."""
         return int(np.searchsorted(self._before(), record, side="right")) - 1
 
-    def chunks(
-        self, start: int = 0, stop: int | None = None, size: int = CHUNK
-    ) -> Iterator[Chunk]:
+    def chunks(self, start: int = 0, stop: int | None = None, size: int = CHUNK) -> Iterator[Chunk]:
         """The plan's records in reading order, records [start, stop), in chunks of about
         `size` records (the chunking never changes the order).
 
