@@ -15,12 +15,15 @@ class Format(Protocol):
     """One shard format: how to index a shard, read a row range, and shape the records.
 
     A *part* is what `read` returns for rows [start, stop) of one shard (an Arrow table,
-    a list of sample dicts); `join` puts a block's parts together, `take` gathers its rows
-    in reading order.
+    a list of sample dicts); `join` makes it (or several) a gatherable block, `gather`
+    takes rows from several blocks in reading order, `cut` cuts what it took into batches.
     """
 
     name: str
     suffixes: tuple[str, ...]
+    # True when the first read decides what later ones are checked against (a column's row
+    # length): the reader then finishes the first read of the order before starting others
+    first_read_alone: bool
 
     def scan(self, fs: Any, entries: Sequence[FileEntry]) -> list[dict[str, Any]]:
         """Per shard: {"num_records": n, "details": {...}} (JSON-serializable), read with as
@@ -37,6 +40,21 @@ class Format(Protocol):
         """Bytes a read of rows [start, stop) of the shard fetches (all columns)."""
         ...
 
+    def groups(self, shard: Shard) -> list[int]:
+        """Records of each of the shard's read groups, in storage order (summing to its
+        records): the runs of rows read and decoded as one, which the reading order
+        shuffles within (sampler.plan). A pure function of the shard's index entry."""
+        ...
+
+    def estimate(self, shard: Shard, start: int, stop: int, columns: Sequence[str] | None) -> int:
+        """About how many bytes a read of rows [start, stop) holds once decoded, from the
+        index alone (the reader's memory budget charges this until the read is done)."""
+        ...
+
+    def reserve(self, nbytes: int) -> None:
+        """The reader expects to hold at most about `nbytes` of decoded data (a hint)."""
+        ...
+
     def join(self, parts: Sequence[Any]) -> Any:
         """The parts of one block as one gatherable whole, rows numbered part after part."""
         ...
@@ -46,8 +64,20 @@ class Format(Protocol):
         its memory may be reused for the next block."""
         ...
 
+    def nbytes(self, joined: Any) -> int:
+        """Bytes a joined block holds in memory."""
+        ...
+
     def take(self, joined: Any, indices: Any) -> Any:
         """Rows `indices` (an int array) of a joined block, in that order."""
+        ...
+
+    def gather(self, joined: Sequence[Any], which: Any, rows: Any) -> Any:
+        """Row rows[k] of the joined block joined[which[k]], for each k, in that order."""
+        ...
+
+    def cut(self, taken: Any, lo: int, hi: int) -> Any:
+        """Rows [lo, hi) of what `gather` gave, ready for `records` or `batch`."""
         ...
 
     def records(self, taken: Any) -> Iterable[Any]:

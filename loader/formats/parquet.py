@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import base64
+import itertools
 import re
 import threading
 from collections import OrderedDict
@@ -26,11 +27,37 @@ from ..retry import RetryPolicy, count_fetched, read_ranges
 from ..schemas import plain_type
 from ..shard import Shard
 from ..storage import FileEntry, check_version, redact
-from .columns import Block, BufferPool
+from .columns import Arenas, Block, gather, padded
 
-__all__ = ["ParquetFormat", "footer_details", "packed"]
+__all__ = ["GROUP_BYTES", "ParquetFormat", "footer_details", "packed", "read_groups"]
 
 _MAGIC = b"PAR1"
+
+# A read group (the unit the loader decodes, and shuffles within: see sampler.plan) is a run
+# of consecutive row groups holding at least this many stored bytes (or the shard's rest).
+# Smaller row groups (pandas and HF datasets write ~1,000-row ones) are read together, so a
+# group is one coalesced read and shuffles more than a few rows; larger ones stay alone.
+GROUP_BYTES = 256 << 10
+
+
+def read_groups(row_rows: Sequence[int], row_bytes: Sequence[int]) -> list[int]:
+    """Records of each read group of a shard whose row groups hold `row_rows` records and
+    `row_bytes` stored bytes: consecutive row groups joined until GROUP_BYTES is reached.
+    A pure function of the index's row-group sizes, so the reading order it shapes is the
+    same wherever the index is built or loaded. Empty row groups join their neighbours."""
+    out: list[int] = []
+    rows = size = 0
+    for n, b in zip(row_rows, row_bytes):
+        rows, size = rows + int(n), size + int(b)
+        if size >= GROUP_BYTES and rows:
+            out.append(rows)
+            rows = size = 0
+    if rows:
+        if out and size < GROUP_BYTES // 4:
+            out[-1] += rows  # a short tail joins the group before it
+        else:
+            out.append(rows)
+    return out
 
 
 def footer_details(footer: bytes, url: str) -> tuple[pq.FileMetaData, dict[str, Any]]:
@@ -48,6 +75,10 @@ def footer_details(footer: bytes, url: str) -> tuple[pq.FileMetaData, dict[str, 
         raise ShardError(f"{redact(url)}: not a readable Parquet file ({e})") from e
     pad = _legacy_padding(meta)
     rows, offsets, lengths = [], [], []
+    # (top-level column, row group): uncompressed bytes of its leaf column chunks
+    leaves = [_leaf_count(f.type) for f in schema]
+    first_leaf = np.concatenate(([0], np.cumsum(leaves, dtype=np.int64)))
+    plain: list[list[int]] = [[] for _ in leaves]
     for i in range(meta.num_row_groups):
         rg = meta.row_group(i)
         # a row group's bytes: from its first column chunk's first page to its last's end
@@ -56,12 +87,17 @@ def footer_details(footer: bytes, url: str) -> tuple[pq.FileMetaData, dict[str, 
         rows.append(rg.num_rows)
         offsets.append(min(starts, default=0))
         lengths.append(max(ends, default=0) - min(starts, default=0))
+        for c, (a, b) in enumerate(itertools.pairwise(first_leaf.tolist())):
+            plain[c].append(sum(rg.column(j).total_uncompressed_size for j in range(a, b)))
     return meta, {
         "num_records": int(meta.num_rows),
         "details": {
             "row_group_rows": rows,
             "row_group_offsets": offsets,
             "row_group_bytes": lengths,
+            # per column of the file's schema, per row group: the column chunks' size
+            # uncompressed (encoded pages): the reader's memory estimate
+            "column_uncompressed_bytes": plain,
             "footer_bytes": len(footer),  # metadata + 4-byte length + "PAR1"
         },
         "schema": schema_to_b64(schema),
@@ -298,14 +334,19 @@ class ParquetFormat:
         schema: pa.Schema | None = None,
         partitioning: pa.Schema | None = None,
         kinds: dict[str, Kind] | None = None,
+        file_schemas: Sequence[pa.Schema] | None = None,
     ) -> None:
         self.retry = retry or RetryPolicy()
         self.schema = schema
         self.partitions = [] if partitioning is None else partitioning.names
         self.partitioning = partitioning
         self.kinds = kinds
+        self.file_schemas = list(file_schemas or [])  # the index's: for memory estimates
+        # a plain list column's row length is fixed by the first read: that one must be the
+        # first of the reading order, not whichever reader thread finished first
+        self.first_read_alone = any(k.ragged and k.pad is None for k in (kinds or {}).values())
         self._lengths: dict[str, int] = {}  # plain list columns: the row length first read
-        self._pool = BufferPool()  # a block's numeric columns, reused by the next block
+        self._arenas = Arenas()  # the read groups' numeric columns, rows reused
 
     def scan(self, fs: Any, entries: Sequence[FileEntry]) -> list[dict[str, Any]]:
         """One batched range read of each shard's last `TAIL` bytes (fsspec's cat_ranges
@@ -368,11 +409,13 @@ class ParquetFormat:
                 path = fs._strip_protocol(url)
                 try:
                     with pq.ParquetFile(path, metadata=meta) as pf:
-                        table = pf.read_row_groups(groups, columns=cols)
+                        # one thread a read: the reader's threads read groups in
+                        # parallel, and pyarrow's pool on top only adds contention
+                        table = pf.read_row_groups(groups, columns=cols, use_threads=False)
                 finally:  # what was read is the indexed file (or a failure is explained)
                     check_version(fs, url, shard.bytes, shard.version)
                 starts, ends = _column_ranges(url, meta, groups, cols)  # the chunks it reads
-                count_fetched(sum(b - a for a, b in zip(starts, ends)))
+                count_fetched(sum(b - a for a, b in zip(starts, ends)), len(starts))
             else:
                 parts = _fetch_column_chunks(fs, shard, meta, groups, cols, self.retry)
                 # pyarrow decodes from the fetched parts only: fsspec's "parts" cache serves
@@ -385,7 +428,9 @@ class ParquetFormat:
                     cache_options={"data": parts},
                     size=shard.bytes,
                 )
-                table = pq.ParquetFile(f, metadata=meta).read_row_groups(groups, columns=cols)
+                table = pq.ParquetFile(f, metadata=meta).read_row_groups(
+                    groups, columns=cols, use_threads=False
+                )
         except FileNotFoundError:
             raise FileNotFoundError(f"{redact(url)}: shard not found") from None
         except (pa.ArrowException, OSError, ValueError) as e:
@@ -416,16 +461,61 @@ class ParquetFormat:
         _, groups = _row_groups(shard, start, stop)
         return int(sum(shard.details["row_group_bytes"][g] for g in groups))
 
+    def groups(self, shard: Shard) -> list[int]:
+        """Records of each of the shard's read groups (see `read_groups`)."""
+        d = shard.details
+        return read_groups(d.get("row_group_rows", []), d.get("row_group_bytes", []))
+
+    def estimate(self, shard: Shard, start: int, stop: int, columns: Sequence[str] | None) -> int:
+        """About how many bytes reading rows [start, stop) of the asked columns holds in
+        memory: the row groups' uncompressed column chunks (from the index), else their
+        stored bytes. Encoded pages can be smaller than the decoded columns (dictionaries),
+        so the reader scales this by what it measured on the groups it decoded."""
+        _, groups = _row_groups(shard, start, stop)
+        d = shard.details
+        plain = d.get("column_uncompressed_bytes")
+        number = d.get("schema", 0)
+        if plain is None or number >= len(self.file_schemas):
+            total = sum(d["row_group_bytes"][g] for g in groups)
+        else:
+            names = self.file_schemas[number].names
+            wanted = set(columns) if columns is not None else set(names)
+            cols = [i for i, n in enumerate(names) if n in wanted]
+            total = sum(plain[c][g] for c in cols for g in groups)
+        rows = sum(d["row_group_rows"][g] for g in groups)
+        return int(total * (stop - start) / rows) if rows else 0
+
+    def reserve(self, nbytes: int) -> None:
+        """The reader holds at most about `nbytes`: arenas made from now on start with that
+        much room (touched only as rows are used)."""
+        self._arenas.reserve = nbytes
+
     def join(self, parts: Sequence[pa.Table]) -> Block:
-        return Block(parts, self._pool, self.kinds)
+        return Block(parts, self._arenas, self.kinds)
 
     def release(self, joined: Block) -> None:
         joined.release()
 
+    def nbytes(self, joined: Block) -> int:
+        """Bytes the joined block holds."""
+        return joined.nbytes
+
     def take(self, joined: Block, indices: Any) -> dict[str, Any]:
         return joined.take(np.asarray(indices, dtype=np.int64))
 
-    def records(self, taken: dict[str, Any]) -> Iterator[dict[str, Any]]:
+    def gather(self, joined: Sequence[Block], which: Any, rows: Any) -> dict[str, Any]:
+        """Row rows[k] of joined[which[k]] for each k, in order (padding is left to `cut`)."""
+        return gather(joined, np.asarray(which, dtype=np.int64), np.asarray(rows, dtype=np.int64))
+
+    def cut(self, taken: dict[str, Any], lo: int, hi: int) -> dict[str, Any]:
+        """Rows [lo, hi) of what `gather` gave; padded list columns padded to their longest."""
+        pads = {} if self.kinds is None else {k: v.pad for k, v in self.kinds.items() if v.ragged}
+        return {
+            k: padded(v[lo:hi], pads[k]) if pads.get(k) is not None else v[lo:hi]
+            for k, v in taken.items()
+        }
+
+    def records(self, taken: dict[str, Any]) -> list[dict[str, Any]] | Iterator[dict[str, Any]]:
         return Block.records(taken)
 
     def batch(self, taken: dict[str, Any]) -> dict[str, Any]:

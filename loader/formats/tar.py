@@ -34,6 +34,8 @@ _SKIP_META = re.compile(r"__[^/]*__($|/)")  # webdataset's skip_meta default
 # re.match with the pattern string, a cache lookup that was a third of the index time
 _KEY_EXT = re.compile(r"^((?:.*/|)[^.]+)[.]([^/]*)$")
 _SCAN_BLOCK = 1 << 20  # readahead while walking the headers
+GROUP_BYTES = 1 << 20  # a read group: consecutive records holding at least this many bytes
+_SAMPLE_OVERHEAD = 256  # bytes a sample dict and its key take beyond its members' data
 _BLOCK = tarfile.BLOCKSIZE  # 512: a header; two zero blocks end an archive
 
 
@@ -273,6 +275,7 @@ class TarFormat:
 
     name = "tar"
     suffixes = (".tar", ".tar.gz", ".tgz")
+    first_read_alone = False
 
     def __init__(
         self,
@@ -347,14 +350,62 @@ class TarFormat:
         recs = shard.details["members"][start:stop]
         return int(max(o + n for _, o, n in recs[-1]) - recs[0][0][1]) if recs else 0
 
+    def groups(self, shard: Shard) -> list[int]:
+        """Records of each read group: consecutive records holding GROUP_BYTES of member
+        data (one range read each). A compressed shard is one group: gzip has no random
+        access, so every group would decompress the shard from its start."""
+        n = shard.num_records
+        if shard.details.get("compression") is not None or n == 0:
+            return [n] if n else []
+        out: list[int] = []
+        rows = size = 0
+        for members in shard.details["members"]:
+            rows += 1
+            size += sum(m[2] for m in members)
+            if size >= GROUP_BYTES:
+                out.append(rows)
+                rows = size = 0
+        if rows:
+            out.append(rows)
+        return out
+
+    def estimate(self, shard: Shard, start: int, stop: int, columns: Sequence[str] | None) -> int:
+        """Bytes the samples of records [start, stop) hold: their members' data (the asked
+        extensions) plus a sample dict each."""
+        keep = None if columns is None else set(columns)
+        data = sum(
+            m[2]
+            for members in shard.details["members"][start:stop]
+            for m in members
+            if keep is None or m[0] in keep
+        )
+        return int(data + _SAMPLE_OVERHEAD * (stop - start))
+
+    def reserve(self, nbytes: int) -> None:
+        pass  # samples are Python objects: nothing to set aside
+
     def join(self, parts: Sequence[list[Any]]) -> list[Any]:
         return [x for part in parts for x in part]
 
     def release(self, joined: list[Any]) -> None:
         pass  # the samples are handed out themselves; nothing to reuse
 
+    def nbytes(self, joined: list[Any]) -> int:
+        """Bytes the samples hold: their bytes values, and a sample dict each."""
+        return sum(
+            _SAMPLE_OVERHEAD + sum(len(v) for v in x.values() if isinstance(v, bytes))
+            for x in joined
+        )
+
     def take(self, joined: list[Any], indices: Any) -> list[Any]:
         return [joined[i] for i in indices.tolist()]
+
+    def gather(self, joined: Sequence[list[Any]], which: Any, rows: Any) -> list[Any]:
+        """Sample rows[k] of joined[which[k]], for each k in order."""
+        return [joined[w][r] for w, r in zip(np.asarray(which).tolist(), np.asarray(rows).tolist())]
+
+    def cut(self, taken: list[Any], lo: int, hi: int) -> list[Any]:
+        return taken[lo:hi]
 
     def records(self, taken: list[Any]) -> list[Any]:
         return taken
