@@ -2,8 +2,11 @@
 
 from __future__ import annotations
 
-from collections.abc import Callable, Iterator, Mapping, Sequence
-from typing import Any
+import time
+import warnings
+from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
+from operator import length_hint
+from typing import Any, TypeVar
 
 import torch
 import torch.distributed as dist
@@ -17,12 +20,15 @@ from .batching import regroup
 from .formats import Format, format_for
 from .index import ShardIndex
 from .kinds import kinds_of
-from .pipeline import PlanReader
+from .pipeline import DEFAULT_MEMORY_BUDGET, PlanReader
 from .retry import RetryPolicy
 from .state import Layout, check_state
+from .stats import FIELDS as _FIELDS
+from .stats import LoaderStats, Stats
 
 __all__ = ["StreamingDataset"]
 
+T = TypeVar("T")
 RECORD_STEP = 256  # record mode gathers this many rows at a time
 
 
@@ -32,6 +38,32 @@ def _check_positive(name: str, value: object) -> int | None:
     if isinstance(value, bool) or not isinstance(value, int) or value < 1:
         raise ValueError(f"{name} must be a positive int or None, got {value!r}")
     return value
+
+
+def _budget_args(memory_budget: object, prefetch: object) -> tuple[int, int | None]:
+    """(memory budget in bytes, the deprecated prefetch or None), checked."""
+    if prefetch is not None:
+        if isinstance(prefetch, bool) or not isinstance(prefetch, int) or prefetch < 0:
+            raise ValueError(f"prefetch must be an int >= 0 (blocks read ahead), got {prefetch!r}")
+        warnings.warn(
+            "StreamingDataset(prefetch=...) is deprecated and will be removed in the next "
+            "release: pass memory_budget (bytes of decoded data held plus read ahead)",
+            DeprecationWarning,
+            stacklevel=3,
+        )
+    if memory_budget is None:
+        return DEFAULT_MEMORY_BUDGET, prefetch if isinstance(prefetch, int) else None
+    if isinstance(memory_budget, bool) or not isinstance(memory_budget, int) or memory_budget < 0:
+        raise ValueError(
+            f"memory_budget must be an int >= 0 (bytes), got {memory_budget!r}; e.g. 256 << 20"
+        )
+    if prefetch is not None:
+        raise ValueError("pass memory_budget or the deprecated prefetch, not both")
+    return memory_budget, None
+
+
+def _batch_rows(batch: Mapping[str, Any]) -> int:
+    return len(next(iter(batch.values()))) if batch else 0
 
 
 def _shared_index(
@@ -77,13 +109,23 @@ class StreamingDataset(IterableDataset[Any]):
     `pad` gives a pad value (``{"tokens": 0}``: rows padded to each batch's longest).
     `columns` selects Parquet columns (Hive partition keys included) or tar extensions.
 
-    Reading: a block of `window` pieces (shard row ranges) is read and decoded by
-    `read_threads` threads and joined there (Parquet: numeric columns copied into one
-    contiguous buffer each, reused block after block); the next `prefetch` blocks are read
-    while one is consumed, so memory holds about (1 + prefetch) decoded blocks. Each batch
-    or record is gathered fresh from the block: what you keep pins no block. Transient
-    storage errors (throttling, 5xx, dropped connections, timeouts) are retried as `retry`
-    says (a RetryPolicy: attempts and backoff); then the error names the shard.
+    Reading: each piece (a shard's row range) is read group by group (Parquet: runs of
+    row groups holding 256 KiB or more stored; tar: runs of members holding 1 MiB), which
+    is also how its order is shuffled (see sampler.plan). `read_threads` threads fetch
+    and decode the groups in the order the reading needs them, ahead of it as far as
+    `memory_budget` allows: bytes of decoded groups held plus groups being read (default
+    128 MiB; inside a DataLoader each of W workers gets 1/W of it). The groups the reading
+    needs at once (one per interleaved piece) are read even when they exceed it.
+    `prefetch` (blocks read ahead) is a deprecated alias: it reads ahead that many more
+    sets of the block's groups. Batches and records are gathered fresh from the groups: a
+    kept batch pins at most the slab of ~2,048 records it was cut from, never a group.
+    Transient storage errors (throttling, 5xx, dropped connections, timeouts) are retried
+    as `retry` says (a RetryPolicy: attempts and backoff); then the error names the shard.
+
+    Where time goes: `stats()` sums this process's and its DataLoader workers' counters
+    (records, bytes fetched, requests, retries, seconds fetching, decoding and waiting,
+    and the data-stall fraction of a timed consumer: iterate ``ds.timed(loader)``, or the
+    dataset itself without workers); `log_every` seconds logs them in one line (INFO).
 
     Resume: `state_dict`, `consumed_state`, `load_state_dict` (see loader.state), also in
     another number of ranks or workers.
@@ -107,17 +149,22 @@ class StreamingDataset(IterableDataset[Any]):
         window: int = DEFAULT_WINDOW,
         decode: bool | Callable[[dict[str, Any]], dict[str, Any]] = False,
         read_threads: int = 8,
-        prefetch: int = 1,
+        memory_budget: int | None = None,
+        prefetch: int | None = None,
         retry: RetryPolicy | None = None,
         fill_nulls: Mapping[str, Any] | None = None,
         pad: Mapping[str, Any] | None = None,
+        log_every: float | None = None,
     ) -> None:
         super().__init__()
         self.batch_size = _check_positive("batch_size", batch_size)
         self.read_threads = _check_positive("read_threads", read_threads) or 1
-        if isinstance(prefetch, bool) or not isinstance(prefetch, int) or prefetch < 0:
-            raise ValueError(f"prefetch must be an int >= 0 (blocks read ahead), got {prefetch!r}")
-        self.prefetch = prefetch
+        self.memory_budget, self.prefetch = _budget_args(memory_budget, prefetch)
+        if log_every is not None and not (isinstance(log_every, int | float) and log_every > 0):
+            raise ValueError(f"log_every must be seconds > 0 or None, got {log_every!r}")
+        self.log_every = log_every
+        self._stats = LoaderStats()
+        self._live: tuple[Iterator[Any], int] | None = None  # records being handed out
         topo = Topology.resolve(num_replicas, rank)
         self.storage_options = dict(storage_options or {})
         self.retry = retry or RetryPolicy()
@@ -133,10 +180,12 @@ class StreamingDataset(IterableDataset[Any]):
             if self.schema is not None and self.batch_size is not None
             else None
         )
-        self.sampler = ShardSampler(
-            self.index, topo.world_size, topo.rank, shuffle, seed, drop_last, window
-        )
         self.decode = decode
+        # where each shard's read groups lie: the reading order shuffles group by group
+        self.groups = [self._format().groups(s) for s in self.index.shards]
+        self.sampler = ShardSampler(
+            self.index, topo.world_size, topo.rank, shuffle, seed, drop_last, window, self.groups
+        )
         self._epoch = torch.zeros((), dtype=torch.int64).share_memory_()  # type: ignore[no-untyped-call]
         self._position = 0  # items yielded in this epoch by this object, in this process
         self._resume: dict[str, Any] | None = None  # the loaded state, until another epoch
@@ -149,7 +198,7 @@ class StreamingDataset(IterableDataset[Any]):
         """Select the epoch; seen by DataLoader workers already running, too. Moving to
         another epoch drops a loaded resume state."""
         if epoch != self.epoch:
-            self._resume, self._position = None, 0
+            self._resume, self._position, self._live = None, 0, None
         self.sampler.set_epoch(epoch)
         self._epoch.fill_(epoch)
 
@@ -162,6 +211,33 @@ class StreamingDataset(IterableDataset[Any]):
             self.sampler.drop_last,
         )
 
+    def _consumed(self) -> int:
+        """Items this object has handed out in the epoch: exact even in the middle of a
+        list of records (its iterator tells how many it still holds)."""
+        if self._live is None:
+            return self._position
+        it, n = self._live
+        return self._position + n - length_hint(it)
+
+    def stats(self) -> dict[str, Any]:
+        """Counters of this process and its DataLoader workers, summed (see loader.stats):
+        records, bytes_fetched, requests, retries, fetch_s / decode_s (seconds, summed over
+        reader threads), wait_s (the reading thread waiting for a group), consumer_wait_s /
+        consumer_wall_s and their ratio `stall_fraction` (None unless a consumer was timed:
+        ``ds.timed(loader)``, or iterating the dataset without workers), peak_held_bytes."""
+        return self._stats.totals()
+
+    def reset_stats(self) -> None:
+        """Zero the counters (of this process and its workers)."""
+        self._stats.reset()
+
+    def timed(self, items: Iterable[T]) -> Iterator[T]:
+        """`items` (e.g. a DataLoader over this dataset), with the time the consumer waits
+        for each one counted: `stats()["stall_fraction"]` then says what share of the loop's
+        wall time went to waiting for data. Logs every `log_every` seconds too."""
+        stats = self._stats.mine(0)
+        return self._stats.timed(items, stats, lambda: self._stats.maybe_log(self.log_every))
+
     def state_dict(self) -> dict[str, Any]:
         """The items (records, or batches with batch_size) this object has yielded in the
         epoch, in this process, as a state for `load_state_dict`. Iterated directly
@@ -170,8 +246,8 @@ class StreamingDataset(IterableDataset[Any]):
         torchdata's StatefulDataLoader saves per worker."""
         info = get_worker_info()
         if info is None:
-            return self.consumed_state(self._position, 0)
-        state: dict[str, Any] = {"epoch": self.epoch, "position": self._position}
+            return self.consumed_state(self._consumed(), 0)
+        state: dict[str, Any] = {"epoch": self.epoch, "position": self._consumed()}
         base = self._layout(info.num_workers).base_of(self._resume, self.epoch)
         if base is not None:
             state["elastic"] = base
@@ -207,7 +283,7 @@ class StreamingDataset(IterableDataset[Any]):
         state = check_state(state)
         self.set_epoch(state["epoch"])
         self._resume = state
-        self._position = state["position"]
+        self._position, self._live = state["position"], None
 
     def __len__(self) -> int:
         """Records (or batches, with batch_size) this rank yields per epoch; equal on all
@@ -226,6 +302,7 @@ class StreamingDataset(IterableDataset[Any]):
                 schema=self.schema,
                 partitioning=self.index.partitioning,
                 kinds=self.kinds,
+                file_schemas=self.index.schemas,
             )
         decode = self.decode or None
         if decode is True:
@@ -239,12 +316,12 @@ class StreamingDataset(IterableDataset[Any]):
         worker, workers = (info.id, info.num_workers) if info is not None else (0, 0)
         layout = self._layout(workers)
         segments, skip = layout.worker_part(self._resume, self.epoch, self.sampler.rank, worker)
-        self._position = skip
+        self._position, self._live = skip, None
         records = sum(b - a for *_, a, b in segments)
         start = min(records, skip * layout.item)
         fmt = self._format()
         root = layout.root(layout.base_of(self._resume, self.epoch))
-        step = self.batch_size or RECORD_STEP
+        stats = self._stats.mine(0 if info is None else 1 + worker)
         reader = PlanReader(
             self.index,
             fmt,
@@ -253,20 +330,56 @@ class StreamingDataset(IterableDataset[Any]):
             retry=self.retry,
             read_threads=self.read_threads,
             prefetch=self.prefetch,
+            memory_budget=self.memory_budget // max(1, workers),
+            stats=stats,
         )
         runs = [
             (self._plan(root, rank, worker), a, b)
             for rank, worker, a, b in cut_segments(segments, start, records)
         ]
-        taken = reader.parts(runs, step)
-        items = (
-            (r for part in taken for r in fmt.records(part))
-            if self.batch_size is None
-            else regroup((fmt.batch(part) for part in taken), self.batch_size, self.pad)
+        taken = reader.parts(runs, self.batch_size or RECORD_STEP)
+        if self.batch_size is None:
+            deliveries: Iterator[Any] = (fmt.records(part) for part in taken)
+        else:
+            batches = regroup((fmt.batch(part) for part in taken), self.batch_size, self.pad)
+            deliveries = ([b] for b in batches)
+        # the consumer is timed where it runs in this process (no DataLoader workers)
+        yield from self._deliver(deliveries, stats, timed=info is None, logs=worker == 0)
+
+    def _deliver(
+        self, deliveries: Iterator[Any], stats: Stats, timed: bool, logs: bool
+    ) -> Iterator[Any]:
+        """Hand out each delivery's items (a list of records or of one batch: counted by
+        the list's iterator, so the position stays exact when the consumer stops in the
+        middle; or a generator of records, counted one by one)."""
+        wait_i, wall_i, rec_i = (
+            _FIELDS.index(f) for f in ("consumer_wait_s", "consumer_wall_s", "records")
         )
-        for item in items:
-            self._position += 1
-            yield item
+        row = stats.row
+        ready = time.perf_counter()
+        while True:
+            t0 = time.perf_counter()
+            items = next(deliveries, None)
+            if items is None:
+                return
+            if timed:
+                t1 = time.perf_counter()
+                row[wait_i] += t1 - t0
+                row[wall_i] += t1 - ready
+                ready = t1
+            if logs and self.log_every:
+                self._stats.maybe_log(self.log_every)
+            if isinstance(items, list):
+                row[rec_i] += len(items) if self.batch_size is None else _batch_rows(items[0])
+                self._live = it = (iter(items), len(items))
+                yield from it[0]
+                self._position += len(items)
+                self._live = None
+            else:
+                for record in items:
+                    self._position += 1
+                    row[rec_i] += 1
+                    yield record
 
     def _plan(self, root: Layout, rank: int, worker: int) -> Plan:
         """Plan `worker` of `rank` in the layout the epoch started with."""
@@ -278,6 +391,7 @@ class StreamingDataset(IterableDataset[Any]):
             self.sampler.seed,
             self.sampler.drop_last,
             self.sampler.window,
+            self.groups,
         )
         sampler.set_epoch(self.epoch)
         return sampler.plan(worker, max(1, root.num_workers), align=root.item)

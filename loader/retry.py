@@ -17,6 +17,7 @@ from dataclasses import dataclass
 from typing import Any, TypeVar
 
 from .errors import ShardError, StaleIndexError
+from .stats import current
 from .storage import Indexed, cat_ranges, denied, redact
 
 __all__ = [
@@ -127,10 +128,15 @@ _fetched = [0]  # bytes this process asked storage for (read_ranges, local Parqu
 _fetched_lock = threading.Lock()
 
 
-def count_fetched(n: int) -> None:
-    """Add n bytes to what `bytes_fetched` reports."""
+def count_fetched(n: int, requests: int = 0) -> None:
+    """Add n bytes to what `bytes_fetched` reports (and to the reading thread's stats, with
+    the number of storage requests that fetched them)."""
     with _fetched_lock:
         _fetched[0] += n
+    stats = current()
+    stats.add("bytes_fetched", n)
+    if requests:
+        stats.add("requests", requests)
 
 
 def bytes_fetched() -> int:
@@ -161,16 +167,18 @@ def read_ranges(
     ]
     parts: list[dict[int, bytes]] = [{} for _ in urls]
     failures: dict[tuple[int, int], int] = {}
+    stats = current()
     while todo:
-        got = cat_ranges(
-            fs,
-            [urls[i] for i, _, _ in todo],
-            [b for _, b, _ in todo],
-            [e for _, _, e in todo],
-            None if indexed is None else [indexed[i] for i, _, _ in todo],
-        )
+        with stats.timer("fetch_s"):
+            got = cat_ranges(
+                fs,
+                [urls[i] for i, _, _ in todo],
+                [b for _, b, _ in todo],
+                [e for _, _, e in todo],
+                None if indexed is None else [indexed[i] for i, _, _ in todo],
+            )
         retry = []
-        count_fetched(sum(len(d) for d in got if isinstance(d, bytes)))
+        count_fetched(sum(len(d) for d in got if isinstance(d, bytes)), len(todo))
         for (i, b, e), data in zip(todo, got):
             if isinstance(data, BaseException):
                 _check(urls[i], (i, b), e, data, failures, policy)
@@ -185,6 +193,7 @@ def read_ranges(
             else:
                 parts[i][b] = data[: e - b]
         if retry:
+            stats.add("retries", len(retry))
             time.sleep(policy.delay(max(failures.values(), default=1) - 1))
         todo = retry
     return [b"".join(p[k] for k in sorted(p)) for p in parts]
