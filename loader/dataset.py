@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import itertools
 import time
 import warnings
 from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
@@ -29,7 +30,7 @@ from .stats import LoaderStats, Stats
 __all__ = ["StreamingDataset"]
 
 T = TypeVar("T")
-RECORD_STEP = 256  # record mode gathers this many rows at a time
+RECORD_STEP = 1024  # record mode hands out records in lists of this many
 
 
 def _check_positive(name: str, value: object) -> int | None:
@@ -114,8 +115,10 @@ class StreamingDataset(IterableDataset[Any]):
     is also how its order is shuffled (see sampler.plan). `read_threads` threads fetch
     and decode the groups in the order the reading needs them, ahead of it as far as
     `memory_budget` allows: bytes of decoded groups held plus groups being read (default
-    128 MiB; inside a DataLoader each of W workers gets 1/W of it). The groups the reading
-    needs at once (one per interleaved piece) are read even when they exceed it.
+    64 MiB; inside a DataLoader each of W workers gets 1/W of it). The groups the reading
+    needs at once (one per interleaved piece) are read even when they exceed it. Of what
+    is read ahead, only a few groups are decoded before they are needed (one a piece,
+    one a decoding thread); the rest waits as fetched bytes.
     `prefetch` (blocks read ahead) is a deprecated alias: it reads ahead that many more
     sets of the block's groups. Batches and records are gathered fresh from the groups: a
     kept batch pins at most the slab of ~2,048 records it was cut from, never a group.
@@ -148,7 +151,7 @@ class StreamingDataset(IterableDataset[Any]):
         storage_options: dict[str, Any] | None = None,
         window: int = DEFAULT_WINDOW,
         decode: bool | Callable[[dict[str, Any]], dict[str, Any]] = False,
-        read_threads: int = 8,
+        read_threads: int = 16,
         memory_budget: int | None = None,
         prefetch: int | None = None,
         retry: RetryPolicy | None = None,
@@ -343,15 +346,18 @@ class StreamingDataset(IterableDataset[Any]):
         else:
             batches = regroup((fmt.batch(part) for part in taken), self.batch_size, self.pad)
             deliveries = ([b] for b in batches)
-        # the consumer is timed where it runs in this process (no DataLoader workers)
-        yield from self._deliver(deliveries, stats, timed=info is None, logs=worker == 0)
+        # the consumer is timed where it runs in this process (no DataLoader workers); items
+        # are handed out by chain's C loop straight from each list's iterator
+        handed = self._deliver(deliveries, stats, timed=info is None, logs=worker == 0)
+        return itertools.chain.from_iterable(handed)
 
     def _deliver(
         self, deliveries: Iterator[Any], stats: Stats, timed: bool, logs: bool
-    ) -> Iterator[Any]:
-        """Hand out each delivery's items (a list of records or of one batch: counted by
-        the list's iterator, so the position stays exact when the consumer stops in the
-        middle; or a generator of records, counted one by one)."""
+    ) -> Iterator[Iterator[Any]]:
+        """An iterator over each delivery's items, in turn: a list's own iterator (a list of
+        records or of one batch), so the position stays exact when the consumer stops in the
+        middle (the iterator tells how many it still holds), with no Python code run per
+        item; or, for a generator of records, one that counts them one by one."""
         wait_i, wall_i, rec_i = (
             _FIELDS.index(f) for f in ("consumer_wait_s", "consumer_wall_s", "records")
         )
@@ -371,15 +377,19 @@ class StreamingDataset(IterableDataset[Any]):
                 self._stats.maybe_log(self.log_every)
             if isinstance(items, list):
                 row[rec_i] += len(items) if self.batch_size is None else _batch_rows(items[0])
-                self._live = it = (iter(items), len(items))
-                yield from it[0]
+                it = iter(items)
+                self._live = (it, len(items))
+                yield it
                 self._position += len(items)
                 self._live = None
             else:
-                for record in items:
-                    self._position += 1
-                    row[rec_i] += 1
-                    yield record
+                yield self._counted(items, row, rec_i)
+
+    def _counted(self, records: Iterator[Any], row: Any, rec_i: int) -> Iterator[Any]:
+        for record in records:
+            self._position += 1
+            row[rec_i] += 1
+            yield record
 
     def _plan(self, root: Layout, rank: int, worker: int) -> Plan:
         """Plan `worker` of `rank` in the layout the epoch started with."""

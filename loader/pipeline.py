@@ -6,21 +6,29 @@ turns runs of a plan into *parts*: what the format's `cut` gives for consecutive
 the start of a read end a part (a batch is then one part, or a few joined by `regroup`).
 
     (plan, start, stop) runs -> read groups (a piece's decode units), in the order the
-                                reading first needs them, fetched and decoded by threads as
-                                far ahead as the memory budget allows
+                                reading first needs them: fetched by `read_threads`
+                                threads as far ahead as the memory budget allows, decoded
+                                (cores - 1 threads) only a few groups before they are needed
                              -> slabs of up to SLAB records gathered from the groups held
                              -> parts of at most `step` records, in the plan's order
 
 A plan reads each piece of a block group by group (sampler.plan), so the reader holds one
 group of each of the block's `window` pieces (the working set) plus what it reads ahead:
 the first records flow once the first group of each piece is decoded, not a whole block,
-and a group is let go as soon as its piece moves on to its next group.
+and a group is let go as soon as its piece moves on to its next group. The reading order
+itself is computed a chunk ahead on a thread of its own.
+
+For a mixture of streams, give each stream's reader one shared MemoryBudget (so the bound
+holds for all of them together); each reader still reads its own stream's groups in its
+own order.
 """
 
 from __future__ import annotations
 
+import bisect
 import functools
 import itertools
+import os
 import threading
 import time
 from collections.abc import Iterable, Iterator, Sequence
@@ -43,9 +51,11 @@ Run = tuple[Plan, int, int]  # records [start, stop) of a plan, in its reading o
 Key = tuple[int, int, int]  # (run, piece, group): one read group of one run
 
 SLAB = 2048  # records gathered at once from the groups held (then cut into parts)
-CHUNK_RECORDS = 8192  # records of the reading order computed at once (small: the first
+CHUNK_RECORDS = 32768  # records of the reading order computed at once (small: the first
 # records flow sooner, and the consumer thread does not hold the GIL long)
-DEFAULT_MEMORY_BUDGET = 128 << 20  # see the README's measurement
+# Measured (README): locally the cushion of decoded groups, not the budget, sets the memory
+# held; over S3 with 30 ms to the first byte, 32-256 MiB read equally fast; 64 is the margin
+DEFAULT_MEMORY_BUDGET = 64 << 20
 # decoded bytes per estimated byte until a group is measured: encoded pages are often
 # smaller than the decoded columns (dictionaries, run lengths), so start cautious
 FIRST_SCALE = 2.0
@@ -87,6 +97,18 @@ class MemoryBudget:
             self.peak = max(self.peak, self.held)
 
 
+def decode_threads() -> int:
+    """Groups decoded at once: the cores this process may use but one, which the consuming
+    thread (gathering batches, and the training loop) needs. On 2 cores, 1: measured no
+    slower than 2, and 20-30 MB less peak RSS (each decoding thread keeps its own heap of
+    Arrow memory and buffers)."""
+    try:
+        cores = len(os.sched_getaffinity(0))
+    except AttributeError:  # not Linux
+        cores = os.cpu_count() or 1
+    return max(1, cores - 1)
+
+
 def budget_of(memory_budget: int | MemoryBudget | None) -> MemoryBudget:
     """A MemoryBudget from bytes (None: DEFAULT_MEMORY_BUDGET) or the shared object itself."""
     if isinstance(memory_budget, MemoryBudget):
@@ -97,11 +119,12 @@ def budget_of(memory_budget: int | MemoryBudget | None) -> MemoryBudget:
 class PlanReader:
     """Reads runs of plans over one ShardIndex, read group by read group.
 
-    `read_threads` threads fetch and decode groups in the order the reading needs them,
-    as far ahead as `memory_budget` allows (bytes, or a MemoryBudget shared with other
-    readers; default DEFAULT_MEMORY_BUDGET). `prefetch` (deprecated, for one release):
-    instead of a budget, read ahead `prefetch` more sets of the block's groups, as the
-    old reader read `prefetch` more blocks. Counters go to `stats` (see loader.stats).
+    `read_threads` threads fetch groups in the order the reading needs them, as far ahead
+    as `memory_budget` allows (bytes, or a MemoryBudget shared with other readers, e.g. a
+    mixture's streams; default DEFAULT_MEMORY_BUDGET); cores - 1 threads decode them, a
+    few ahead of need. `prefetch` (deprecated, for one release): instead of a budget,
+    read ahead `prefetch` more sets of the first block's groups, as the old reader read
+    `prefetch` more blocks. Counters go to `stats` (see loader.stats).
     """
 
     def __init__(
@@ -135,19 +158,16 @@ class PlanReader:
         runs = list(runs)
         if not runs or not self.index.shards:
             return
-        fs, _ = filesystem(self.index.shards[0].url, self.storage_options)
+        fs, _ = filesystem(self.index.shards[0].url, self._options())
         slab = step * max(1, SLAB // step)
         reading = _Reading(self, fs, runs)
         self.fmt.reserve(reading.budget.limit + reading.budget.limit // 2)
         done = 0
         try:
-            first = next(iter(reading.upcoming_key()), None)
-            if self.fmt.first_read_alone and first is not None:
-                reading.wait(first)  # decides what the others are checked against
             reading.pump()
             for r, (plan, a, b) in enumerate(runs):
                 block: tuple[int, int] | None = None
-                for chunk in plan.chunks(a, b, CHUNK_RECORDS):
+                for chunk in reading.ahead_of(plan.chunks(a, b, CHUNK_RECORDS)):
                     if chunk.block != block:
                         if block is not None:
                             reading.let_go_block(r, block)
@@ -155,8 +175,8 @@ class PlanReader:
                     lo = 0
                     while lo < len(chunk):
                         hi = min(len(chunk), lo + slab - done % slab)
-                        hi = _slab_end(chunk, lo, hi, step - done % step, step)
-                        taken = reading.gather(r, chunk, lo, hi)
+                        hi, groups = reading.slab_end(r, chunk, lo, hi, step - done % step, step)
+                        taken = reading.gather(r, chunk, lo, hi, groups)
                         at = 0
                         while at < hi - lo:
                             end = min(hi - lo, at + step - done % step)
@@ -169,6 +189,15 @@ class PlanReader:
         finally:
             reading.close()
 
+    def _options(self) -> dict[str, Any]:
+        """The storage options, with room for `read_threads` S3 connections unless the
+        caller chose a pool size (s3fs's client keeps 10)."""
+        if not self.index.shards[0].url.startswith(("s3://", "s3a://")):
+            return self.storage_options
+        config = dict(self.storage_options.get("config_kwargs") or {})
+        config.setdefault("max_pool_connections", max(10, self.read_threads))
+        return {**self.storage_options, "config_kwargs": config}
+
     def estimate(self, shard_id: int, start: int, stop: int) -> tuple[int, int]:
         """(what the budget is charged, the format's own estimate) for reading rows
         [start, stop) of a shard: the format's estimate scaled by what decoded groups
@@ -180,14 +209,26 @@ class PlanReader:
         scale = measured / estimated if estimated else FIRST_SCALE
         return max(1, int(raw * scale)), raw
 
-    def load(self, fs: Any, shard_id: int, start: int, stop: int, entry: _Group) -> Any:
-        """Read and decode rows [start, stop) of a shard (in a reader thread): the joined
-        block, its measured size charged to the budget instead of the estimate."""
-        shard = self.index.shards[shard_id]
-        t0 = time.perf_counter()
+    def fetch(self, fs: Any, entry: _Group) -> None:
+        """Fetch a group's bytes (in a fetching thread), then queue it for decoding (see
+        `_Ahead`); its future gets the joined block, or None if it was let go first."""
+        try:
+            shard = self.index.shards[entry.shard]
+            with active(self.stats):
+                raw = self.fmt.fetch(fs, shard, entry.first, entry.stop, self.columns)
+        except BaseException as e:
+            _finish(entry, None, e)
+            return
+        entry.ahead.fetched(entry, raw)
+
+    def decode(self, fs: Any, entry: _Group, raw: Any) -> Any:
+        """Decode and join one group (in a decoding thread: the same few threads decode
+        every group, so Arrow's allocator keeps free memory in few thread heaps), and
+        charge the budget its measured size instead of the estimate."""
         with active(self.stats):
-            fetched = fetch_seconds()
-            block = self.fmt.join([self.fmt.read(fs, shard, start, stop, self.columns)])
+            t0 = time.perf_counter()
+            fetched = fetch_seconds()  # local files are read while decoding
+            block = self.fmt.join([self.fmt.decode(fs, raw)])
             fetched = fetch_seconds() - fetched
         self.stats.add("decode_s", time.perf_counter() - t0 - fetched)
         size = self.fmt.nbytes(block)
@@ -200,31 +241,161 @@ class PlanReader:
         return block
 
 
-def _slab_end(chunk: Chunk, lo: int, hi: int, first: int, step: int) -> int:
-    """Where a slab starting at record `lo` of the chunk ends: at `hi`, or sooner where
-    its records would touch more than two groups a piece on average (so that small groups
-    are not all held at once), at the end of a part: `first` records after `lo`, then
-    every `step`."""
-    if chunk.groups is None or hi - lo <= first:
-        return hi
-    codes = (chunk.pieces[lo:hi] << 32) | chunk.groups[lo:hi]
-    _, seen = np.unique(codes, return_index=True)  # where each group is first read
-    limit = 2 * (chunk.block[1] - chunk.block[0])
-    if seen.size <= limit:
-        return hi
-    cut = int(np.sort(seen)[limit])  # the first record of one group too many
-    return lo + (first if cut <= first else first + (cut - first) // step * step)
+def _distinct(chunk: Chunk, lo: int, hi: int) -> tuple[list[tuple[int, int]], Any, Any, Any]:
+    """The groups records [lo, hi) of the chunk read: (their (piece, group) keys; (n,) which
+    of them each record reads; (k,) where each is first read; (k,) where last). One
+    counting pass over small dense codes (np.unique would sort)."""
+    n = hi - lo
+    pieces = chunk.pieces[lo:hi] - chunk.block[0]
+    groups = chunk.groups[lo:hi] if chunk.groups is not None else np.zeros(n, dtype=np.int64)
+    width = int(groups.max()) + 1 if n else 1
+    dense = pieces * width + groups  # (n,) a small code per (piece, group)
+    present = np.flatnonzero(np.bincount(dense))  # (k,) the codes read, ascending
+    index = np.empty(int(present[-1]) + 1 if present.size else 0, dtype=np.int64)
+    index[present] = np.arange(present.size)
+    which = index[dense]
+    at = np.arange(n, dtype=np.int64)
+    last = np.empty(present.size, dtype=np.int64)
+    last[which] = at  # repeated indices: the last assignment stays
+    first = np.empty(present.size, dtype=np.int64)
+    first[which[::-1]] = at[::-1]
+    keys = [(chunk.block[0] + d // width, d % width) for d in present.tolist()]
+    return keys, which, first, last
+
+
+class _Ahead:
+    """Decoding, in reading order, only a few groups before they are needed.
+
+    Fetching runs as far ahead as the budget allows; a fetched group then waits here until
+    the consumer needs it or fewer than `limit` decoded groups wait for the consumer:
+    decoded data is larger than fetched bytes (locally nothing is fetched before
+    decoding), and a decoded group is of no use until needed, so a small cushion does
+    (about one next group a piece, and one a decoding thread). No thread blocks here:
+    groups wait in a list and go to the decoding threads as room appears.
+    """
+
+    def __init__(
+        self, limit: int, decoders: ThreadPoolExecutor, reader: PlanReader, fs: Any
+    ) -> None:
+        self.limit, self.decoders, self.reader, self.fs = limit, decoders, reader, fs
+        self.threads = decode_threads()
+        self.count = 0  # decoded groups the consumer does not need yet
+        self.running = 0  # groups being decoded
+        self.waiting: list[tuple[int, _Group, Any]] = []  # (order, group, fetched), sorted
+        self._lock = threading.Lock()
+
+    def fetched(self, entry: _Group, raw: Any) -> None:
+        """`entry`'s bytes arrived (in a fetching thread): decode it when its turn comes."""
+        with self._lock:
+            dropped = entry.dropped
+            if not dropped:
+                bisect.insort(self.waiting, (entry.order, entry, raw), key=lambda w: w[0])
+                self._dispatch()
+        if dropped:
+            _finish(entry, None)
+
+    def need(self, entry: _Group, drop: bool = False) -> None:
+        """The consumer needs `entry` now (or, `drop`, never): it leaves the cushion, and is
+        decoded at once if its bytes wait here (or let go)."""
+        dropped = None
+        with self._lock:
+            entry.needed = True
+            entry.dropped = entry.dropped or drop
+            if entry.counted:
+                entry.counted = False
+                self.count -= 1
+            if drop:
+                for i, item in enumerate(self.waiting):
+                    if item[1] is entry:
+                        dropped = self.waiting.pop(i)[1]
+                        break
+            self._dispatch()
+        if dropped is not None:
+            _finish(dropped, None)
+
+    def _dispatch(self) -> None:
+        """(Holding the lock) hand to the decoding threads the waiting groups the consumer
+        needs, and the next ones in reading order while the cushion has room."""
+        keep = []
+        for needed in (True, False):  # the groups needed now first
+            for item in self.waiting:
+                if item[1].needed != needed:
+                    continue
+                room = needed or self.count + self.running < self.limit
+                if room and self.running < self.threads:
+                    self.running += 1
+                    self.decoders.submit(self._decode, item[1], item[2])
+                else:
+                    keep.append(item)
+        keep.sort(key=lambda w: w[0])
+        self.waiting = keep
+
+    def take(self, entry: _Group) -> tuple[bool, Any]:
+        """(True, its fetched bytes) if `entry` waits here for a decoding thread: the
+        consumer, waiting for it anyway, decodes it itself (`decode_here`)."""
+        with self._lock:
+            for i, item in enumerate(self.waiting):
+                if item[1] is entry:
+                    self.running += 1
+                    return True, self.waiting.pop(i)[2]
+        return False, None
+
+    def decode_here(self, entry: _Group, raw: Any) -> None:
+        self._decode(entry, raw)
+
+    def _decode(self, entry: _Group, raw: Any) -> None:
+        block, error = None, None
+        try:
+            block = self.reader.decode(self.fs, entry, raw)
+        except BaseException as e:
+            error = e
+        with self._lock:
+            self.running -= 1
+            if block is not None and not entry.needed and not entry.dropped:
+                entry.counted = True
+                self.count += 1
+            self._dispatch()
+        _finish(entry, block, error)
+
+
+def _finish(entry: _Group, block: Any, error: BaseException | None = None) -> None:
+    """Complete a group's future with its block (None: let go unread) or its error."""
+    if error is not None:
+        entry.future.set_exception(error)
+    else:
+        entry.future.set_result(block)
 
 
 class _Group:
-    """One read group: its reading (`future`), its first row, and what it holds in the
-    budget (`charged`: the estimate while it is read, then its measured size)."""
+    """One read group: rows [first, stop) of shard number `shard`, `order`-th started; its
+    reading (`future`: the joined block), what it holds in the budget (`charged`: the
+    estimate while it is read, then its measured size; `raw`: the format's estimate), and
+    its place in the cushion of decoded groups (`ahead`)."""
 
-    __slots__ = ("charged", "first", "future", "raw")
+    __slots__ = (
+        "ahead",
+        "charged",
+        "checked",
+        "counted",
+        "dropped",
+        "first",
+        "future",
+        "needed",
+        "order",
+        "raw",
+        "shard",
+        "stop",
+    )
 
-    def __init__(self, first: int, charged: int, raw: int) -> None:
-        self.first, self.charged, self.raw = first, charged, raw
-        self.future: Future[Any] | None = None
+    def __init__(
+        self, order: int, shard: int, rows: tuple[int, int], charge: tuple[int, int], ahead: _Ahead
+    ) -> None:
+        self.order, self.shard = order, shard
+        self.first, self.stop = rows
+        self.charged, self.raw = charge
+        self.ahead = ahead
+        self.future: Future[Any] = Future()
+        self.needed = self.dropped = self.counted = self.checked = False
 
 
 class _Reading:
@@ -235,11 +406,27 @@ class _Reading:
         self.fmt, self.budget = reader.fmt, reader.budget
         self.pool = ThreadPoolExecutor(max_workers=reader.read_threads)
         self.schedule = self._schedule()
-        self.upcoming: tuple[Key, Plan] | None = None
+        self.upcoming: tuple[Key, int, int, int, int, int] | None = None
         self.groups: dict[Key, _Group] = {}
         self.current: dict[tuple[int, int], int] = {}  # (run, piece) -> the group read now
+        window = max((plan.window for plan, _, _ in runs), default=1)
+        self.decoders = ThreadPoolExecutor(max_workers=decode_threads())
+        self.planner = ThreadPoolExecutor(max_workers=1)
+        self.ahead = _Ahead(window + decode_threads(), self.decoders, reader, fs)
+        self.submitted = 0  # groups started, in reading order
         if reader.prefetch is not None:
             self.budget = self._prefetch_budget(reader.prefetch)
+
+    def ahead_of(self, chunks: Iterator[Chunk]) -> Iterator[Chunk]:
+        """The chunks, each next one computed by the planning thread while this one is
+        read (the reading order costs ~0.3 us a record: not on the consuming thread)."""
+        coming = self.planner.submit(next, chunks, None)
+        while True:
+            chunk = coming.result()
+            if chunk is None:
+                return
+            coming = self.planner.submit(next, chunks, None)
+            yield chunk
 
     def _prefetch_budget(self, prefetch: int) -> MemoryBudget:
         """The deprecated `prefetch`: a budget of (1 + prefetch) times the first block's
@@ -266,62 +453,108 @@ class _Reading:
                 for p, g in plan.group_schedule(bi, int(lo), int(hi)):
                     yield (r, p, g), plan
 
-    def upcoming_key(self) -> list[Key]:
-        """The next scheduled group not yet being read (an empty list: none)."""
-        if self.upcoming is None:
-            self.upcoming = next(self.schedule, None)
-        return [] if self.upcoming is None else [self.upcoming[0]]
-
     def pump(self, need: Key | None = None) -> None:
         """Start reading scheduled groups while their estimates fit the budget; with `need`
         (a group the consumer waits for), up to that one whatever the budget says."""
         while need is None or need not in self.groups:
             if self.upcoming is None:
-                self.upcoming = next(self.schedule, None)
+                self.upcoming = self._next_scheduled()
                 if self.upcoming is None:
                     if need is not None:
                         raise RuntimeError(f"read group {need} is not in the reading schedule")
                     return
-            (r, p, g), plan = self.upcoming
-            start, stop = plan.group_rows(p, g)
-            charge, raw = self.reader.estimate(int(plan.shards[p]), start, stop)
+            key, shard, start, stop, charge, raw = self.upcoming
             if not self.budget.charge(charge, force=need is not None):
                 return
-            entry = _Group(start, charge, raw)
-            entry.future = self.pool.submit(
-                self.reader.load, self.fs, int(plan.shards[p]), start, stop, entry
-            )
-            self.groups[(r, p, g)] = entry
+            self.submitted += 1
+            entry = _Group(self.submitted, shard, (start, stop), (charge, raw), self.ahead)
+            self.pool.submit(self.reader.fetch, self.fs, entry)
+            self.groups[key] = entry
             self.upcoming = None
+
+    def _next_scheduled(self) -> tuple[Key, int, int, int, int, int] | None:
+        """(key, shard, first row, stop, charge, own estimate) of the next scheduled group:
+        estimated once, however often it waits for room in the budget."""
+        nxt = next(self.schedule, None)
+        if nxt is None:
+            return None
+        (r, p, g), plan = nxt
+        shard = int(plan.shards[p])
+        start, stop = plan.group_rows(p, g)
+        charge, raw = self.reader.estimate(shard, start, stop)
+        return (r, p, g), shard, start, stop, charge, raw
 
     def wait(self, key: Key) -> tuple[Any, int]:
         """(the decoded block of group `key`, its first row), reading it now if needed."""
         if key not in self.groups:
             self.pump(need=key)
         entry = self.groups[key]
-        assert entry.future is not None
+        if not entry.needed:
+            self.ahead.need(entry)
         if not entry.future.done():
             with self.reader.stats.timer("wait_s"):
-                return entry.future.result(), entry.first
-        return entry.future.result(), entry.first
+                here, raw = self.ahead.take(entry)
+                if here:  # its bytes wait for a decoding thread: this one is idle anyway
+                    self.ahead.decode_here(entry, raw)
+                block = entry.future.result()
+        else:
+            block = entry.future.result()
+        if not entry.checked:  # in reading order: checks that depend on what came before
+            entry.checked = True
+            self.fmt.check(block, self.reader.index.shards[entry.shard])
+        return block, entry.first
 
-    def gather(self, r: int, chunk: Chunk, lo: int, hi: int) -> Any:
-        """Records [lo, hi) of the chunk, taken from the groups that hold them; then the
-        groups the pieces have moved past are let go."""
-        pieces, rows = chunk.pieces[lo:hi], chunk.rows[lo:hi]
-        groups = chunk.groups[lo:hi] if chunk.groups is not None else np.zeros_like(rows)
-        # (n,) one number per (piece, group), and which of the distinct ones each record reads
-        codes, which = np.unique((pieces << 32) | groups, return_inverse=True)
-        held = [self.wait((r, c >> 32, c & 0xFFFFFFFF)) for c in codes.tolist()]
+    def slab_end(
+        self, r: int, chunk: Chunk, lo: int, hi: int, first: int, step: int
+    ) -> tuple[int, tuple[list[tuple[int, int]], Any, Any, Any]]:
+        """(where a slab of run r starting at record `lo` of the chunk ends, its `_distinct`
+        groups): at `hi`, or at the end of an earlier part (`first` records after `lo`, then
+        every `step`) where its records would touch more than two groups a piece on average
+        (small groups are not all held at once), or a group not decoded yet: beyond the
+        first part, a slab waits for no read."""
+        found = _distinct(chunk, lo, hi)
+        keys, _, seen, _ = found
+        cut = hi - lo
+        limit = 2 * (chunk.block[1] - chunk.block[0])
+        if len(keys) > limit:
+            cut = int(np.sort(seen)[limit])  # the first record of one group too many
+        for key, at in zip(keys, seen.tolist()):
+            entry = self.groups.get((r, *key))
+            if at >= first and at < cut and (entry is None or not entry.future.done()):
+                cut = at
+        end = lo + (first if cut <= first else first + (cut - first) // step * step)
+        if end >= hi:
+            return hi, found
+        return end, _distinct(chunk, lo, end)
+
+    def gather(
+        self,
+        r: int,
+        chunk: Chunk,
+        lo: int,
+        hi: int,
+        found: tuple[list[tuple[int, int]], Any, Any, Any],
+    ) -> Any:
+        """Records [lo, hi) of the chunk, taken from the groups that hold them (`found`:
+        `_distinct` of them); then the groups the pieces have moved past are let go."""
+        keys, which, _, last = found
+        for p, g in keys:  # all needed now: their decoding need not wait for the cushion
+            entry = self.groups.get((r, p, g))
+            if entry is not None and not entry.needed:
+                self.ahead.need(entry)
+        held = [self.wait((r, p, g)) for p, g in keys]
         firsts = np.array([first for _, first in held], dtype=np.int64)
+        rows = chunk.rows[lo:hi]
         taken = self.fmt.gather([b for b, _ in held], which, rows - firsts[which])
-        # each piece's group at the end of the slab; its earlier groups are done
-        last = np.unique(pieces[::-1], return_index=True)
-        now = dict(zip(last[0].tolist(), groups[::-1][last[1]].tolist()))
-        for c in codes.tolist():
-            if now[c >> 32] != c & 0xFFFFFFFF:
-                self.let_go((r, c >> 32, c & 0xFFFFFFFF))
-        for p, g in now.items():
+        # each piece's group at the end of the slab (read last); its earlier ones are done
+        now: dict[int, tuple[int, int]] = {}
+        for (p, g), end in zip(keys, last.tolist()):
+            if p not in now or end > now[p][1]:
+                now[p] = (g, end)
+        for p, g in keys:
+            if now[p][0] != g:
+                self.let_go((r, p, g))
+        for p, (g, _) in now.items():
             old = self.current.get((r, p))
             if old is not None and old != g:
                 self.let_go((r, p, old))
@@ -332,14 +565,14 @@ class _Reading:
     def let_go(self, key: Key) -> None:
         """Group `key` is done: cancel its reading, or release its block and refund it."""
         entry = self.groups.pop(key, None)
-        if entry is None or entry.future is None:
+        if entry is None:
             return
-        entry.future.cancel()
+        self.ahead.need(entry, drop=True)
         entry.future.add_done_callback(functools.partial(self._settle, entry))
 
     def _settle(self, entry: _Group, f: Future[Any]) -> None:
         """(When its reading is over) release a let-go group's block and refund it."""
-        if not f.cancelled() and f.exception() is None:
+        if f.exception() is None and f.result() is not None:
             self.fmt.release(f.result())
         self.budget.refund(entry.charged)
 
@@ -357,3 +590,5 @@ class _Reading:
         for key in list(self.groups):
             self.let_go(key)
         self.pool.shutdown(wait=True)
+        self.decoders.shutdown(wait=True)
+        self.planner.shutdown(wait=True)

@@ -182,7 +182,8 @@ class Job:
             self.epoch = epoch
             mine: list[int] = []
             t0, loss = time.perf_counter(), float("nan")
-            for batch in self.loader:
+            self.ds.reset_stats()  # this epoch's: the loop's time waiting for data, below
+            for batch in self.ds.timed(self.loader):
                 loss = self.train_step(batch)
                 mine += batch["id"].tolist()
                 self.done, self.step = self.done + 1, self.step + 1
@@ -203,11 +204,19 @@ class Job:
             self.save([])
             if self.rank == 0:
                 expected = self.world * len(self.ds.sampler)  # padding included
-                report(epoch, len(ran), elapsed, loss, everything, expected, self.world)
+                stall = self.ds.stats()["stall_fraction"]
+                report(epoch, len(ran), elapsed, loss, everything, expected, self.world, stall)
 
 
 def report(
-    epoch: int, records: int, elapsed: float, loss: float, ids: list[int], expected: int, world: int
+    epoch: int,
+    records: int,
+    elapsed: float,
+    loss: float,
+    ids: list[int],
+    expected: int,
+    world: int,
+    stall: float | None = None,
 ) -> None:
     """Print the epoch's throughput and check that every record was seen exactly once
     (records repeated only as padding, when the records do not split evenly over ranks)."""
@@ -222,7 +231,8 @@ def report(
         verdict = f"NOT exactly once: {len(ids):,} seen, {expected:,} expected"
     print(
         f"epoch {epoch}: {records:,} records in {elapsed:.2f}s on {world} ranks "
-        f"({records / elapsed:,.0f} records/s), loss {loss:.3f}; {verdict}",
+        f"({records / elapsed:,.0f} records/s; rank 0 waited for data "
+        f"{'n/a' if stall is None else f'{stall:.0%}'} of the time), loss {loss:.3f}; {verdict}",
         flush=True,
     )
     if not ok:

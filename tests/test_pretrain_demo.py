@@ -28,6 +28,8 @@ def test_default_run_two_ranks_two_epochs_exactly_once(tmp_path: Path) -> None:
         assert records == "16,000"
         assert verdict == "every one of the 16,000 records seen exactly once"
     assert (tmp_path / "ckpt.pt").exists()
+    # each epoch says what share of the loop's time went to waiting for data
+    assert len(re.findall(r"rank 0 waited for data \d+% of the time\)", out)) == 2
 
 
 def test_stop_and_resume_gives_the_uninterrupted_run(tmp_path: Path) -> None:

@@ -21,9 +21,6 @@ class Format(Protocol):
 
     name: str
     suffixes: tuple[str, ...]
-    # True when the first read decides what later ones are checked against (a column's row
-    # length): the reader then finishes the first read of the order before starting others
-    first_read_alone: bool
 
     def scan(self, fs: Any, entries: Sequence[FileEntry]) -> list[dict[str, Any]]:
         """Per shard: {"num_records": n, "details": {...}} (JSON-serializable), read with as
@@ -34,6 +31,17 @@ class Format(Protocol):
         self, fs: Any, shard: Shard, start: int, stop: int, columns: Sequence[str] | None
     ) -> Any:
         """Rows [start, stop) of the shard in storage order."""
+        ...
+
+    def fetch(
+        self, fs: Any, shard: Shard, start: int, stop: int, columns: Sequence[str] | None
+    ) -> Any:
+        """The storage part of `read` (what has to come from storage, nothing decoded);
+        ``decode(fs, fetch(...))`` is ``read(...)``."""
+        ...
+
+    def decode(self, fs: Any, fetched: Any) -> Any:
+        """The decoding part of `read`, from what `fetch` returned."""
         ...
 
     def piece_bytes(self, shard: Shard, start: int, stop: int) -> int:
@@ -49,6 +57,12 @@ class Format(Protocol):
     def estimate(self, shard: Shard, start: int, stop: int, columns: Sequence[str] | None) -> int:
         """About how many bytes a read of rows [start, stop) holds once decoded, from the
         index alone (the reader's memory budget charges this until the read is done)."""
+        ...
+
+    def check(self, joined: Any, shard: Shard) -> None:
+        """Called in reading order as each joined group is first needed, in the consuming
+        thread: checks that depend on what was read before (groups are decoded in any
+        order by several threads). Raises ShardError naming the shard."""
         ...
 
     def reserve(self, nbytes: int) -> None:

@@ -275,14 +275,13 @@ class TarFormat:
 
     name = "tar"
     suffixes = (".tar", ".tar.gz", ".tgz")
-    first_read_alone = False
 
     def __init__(
         self,
         decode: Callable[[dict[str, Any]], dict[str, Any]] | None = None,
         retry: RetryPolicy | None = None,
     ):
-        self.decode = decode
+        self.decode_sample = decode
         self.retry = retry or RetryPolicy()
         self._tensors: dict[str, bool] = {}  # batch fields: tensor or list, once decided
 
@@ -324,19 +323,32 @@ class TarFormat:
         """Records [start, stop) as webdataset sample dicts, from one range read spanning
         their members (the headers between them come along; they are small). `__url__` is
         the shard's URL as the source named it."""
-        url, details = shard.url, shard.details
-        recs = details["members"][start:stop]
+        return self.decode(fs, self.fetch(fs, shard, start, stop, columns))
+
+    def fetch(
+        self, fs: Any, shard: Shard, start: int, stop: int, columns: Sequence[str] | None
+    ) -> tuple[Shard, int, int, Sequence[str] | None, int, bytes]:
+        """The storage part of `read`: the bytes spanning the records' members."""
+        recs = shard.details["members"][start:stop]
         lo = recs[0][0][1]
         hi = max(off + size for _, off, size in recs[-1])
-        data = self._span(fs, shard, lo, hi)
+        return shard, start, stop, columns, lo, self._span(fs, shard, lo, hi)
+
+    def decode(
+        self, fs: Any, got: tuple[Shard, int, int, Sequence[str] | None, int, bytes]
+    ) -> list[dict[str, Any]]:
+        """The samples from what `fetch` got (webdataset's decoders applied, if any)."""
+        shard, start, stop, columns, lo, data = got
         keep = None if columns is None else set(columns)
         out = []
-        for key, members in zip(details["keys"][start:stop], recs):
-            sample: dict[str, Any] = {"__key__": key, "__url__": url}
+        for key, members in zip(
+            shard.details["keys"][start:stop], shard.details["members"][start:stop]
+        ):
+            sample: dict[str, Any] = {"__key__": key, "__url__": shard.url}
             for ext, off, size in members:
                 if keep is None or ext in keep:
                     sample[ext] = data[off - lo : off - lo + size]
-            out.append(self.decode(sample) if self.decode else sample)
+            out.append(self.decode_sample(sample) if self.decode_sample else sample)
         return out
 
     def piece_bytes(self, shard: Shard, start: int, stop: int) -> int:
@@ -383,6 +395,9 @@ class TarFormat:
 
     def reserve(self, nbytes: int) -> None:
         pass  # samples are Python objects: nothing to set aside
+
+    def check(self, joined: list[Any], shard: Shard) -> None:
+        pass  # nothing depends on reading order
 
     def join(self, parts: Sequence[list[Any]]) -> list[Any]:
         return [x for part in parts for x in part]
