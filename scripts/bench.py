@@ -440,7 +440,7 @@ def measure_one(
     """Run one measurement in this process: time, items, time to first item, peak RSS and
     the process's size after imports (the baseline the growth is counted from)."""
     _preload()
-    base = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss
+    base = _peak_rss_kb()
     t0 = time.perf_counter()
     first, count = None, 0
     for n in RUNS[name][2](data, endpoint, opts):
@@ -448,8 +448,8 @@ def measure_one(
             first = time.perf_counter() - t0
         count += n
     seconds = time.perf_counter() - t0
-    own = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss
-    kids = resource.getrusage(resource.RUSAGE_CHILDREN).ru_maxrss
+    own = _peak_rss_kb()
+    kids = resource.getrusage(resource.RUSAGE_CHILDREN).ru_maxrss  # DataLoader workers
     from loader.retry import bytes_fetched  # this process's reads (not its workers')
 
     return {
@@ -461,6 +461,20 @@ def measure_one(
         "fetched": bytes_fetched(),
         "stats": dict(_STATS),
     }
+
+
+def _peak_rss_kb() -> int:
+    """This process's peak RSS in KiB: /proc's VmHWM, which is this program's own (getrusage's
+    ru_maxrss also keeps the RSS of the bench process this one was forked from before its
+    exec, which grows as the bench runs)."""
+    try:
+        with open("/proc/self/status") as f:
+            for line in f:
+                if line.startswith("VmHWM:"):
+                    return int(line.split()[1])
+    except OSError:
+        pass
+    return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss
 
 
 def run_isolated(

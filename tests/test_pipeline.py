@@ -210,3 +210,25 @@ def test_readers_share_one_budget(tmp_path: Path, monkeypatch: Any) -> None:
         assert shared.held <= shared.limit + forced
     assert len(got) == 1900 == len(set(got))
     assert shared.held == 0 and 0 < shared.peak <= shared.limit + forced
+
+
+@pytest.mark.usefixtures("one_row_group_a_group")
+def test_a_shards_groups_are_fetched_together_from_s3(s3: Any) -> None:
+    """Off local disk, the groups of a shard that are started together are fetched in one
+    coalesced read (object stores want fewer, larger requests), each still decoded alone."""
+    from scripts.s3proxy import counting_proxy
+
+    fs = s3.fs()
+    fs.mkdir("merged")
+    write_dataset(fs, "merged/d", "parquet", SIZES, row_group_size=40)
+    index = ShardIndex.build("s3://merged/d", s3.storage_options)  # footers now cached
+    with counting_proxy(s3.endpoint_url) as proxy:
+        opts = {"client_kwargs": {"endpoint_url": proxy.url}}
+        ds = StreamingDataset(index, storage_options=opts, batch_size=64, seed=4)
+        got = ids(ds)
+    assert sorted(got) == list(range(sum(SIZES)))
+    assert got == list(ShardSampler(index, seed=4, groups=ds.groups))
+    groups = sum(len(g) for g in ds.groups)
+    gets = [r for r in proxy.requests if r[0] == "GET"]
+    shards = sum(1 for n in SIZES if n)
+    assert groups == 52 and len(gets) <= shards < groups

@@ -40,6 +40,17 @@ class Format(Protocol):
         ``decode(fs, fetch(...))`` is ``read(...)``."""
         ...
 
+    def fetch_many(
+        self,
+        fs: Any,
+        shard: Shard,
+        rows: Sequence[tuple[int, int]],
+        columns: Sequence[str] | None,
+    ) -> list[Any]:
+        """`fetch` of several row ranges of one shard, read together where the format
+        can (fewer, larger requests)."""
+        ...
+
     def decode(self, fs: Any, fetched: Any) -> Any:
         """The decoding part of `read`, from what `fetch` returned."""
         ...

@@ -453,16 +453,33 @@ class ParquetFormat:
         self, fs: Any, shard: Shard, start: int, stop: int, columns: Sequence[str] | None
     ) -> _Fetched:
         """The storage part of `read`: the footer and (not local) the column chunks."""
-        first_row, groups = _row_groups(shard, start, stop)
+        return self.fetch_many(fs, shard, [(start, stop)], columns)[0]
+
+    def fetch_many(
+        self,
+        fs: Any,
+        shard: Shard,
+        rows: Sequence[tuple[int, int]],
+        columns: Sequence[str] | None,
+    ) -> list[_Fetched]:
+        """`fetch` of several row ranges of one shard, their column chunks read together:
+        one coalesced set of ranged reads (fewer, larger requests), shared by all."""
         names = list(columns) if columns is not None else None
         if names is None and self.schema is not None:
             names = self.schema.names
         cols = None if names is None else [c for c in names if c not in self.partitions]
-        got = _Fetched(shard, start, stop, first_row, groups, names, cols)
-        with _errors(shard.url, groups):
-            got.meta = self._metadata(fs, shard)
+        got = []
+        for start, stop in rows:
+            first_row, groups = _row_groups(shard, start, stop)
+            got.append(_Fetched(shard, start, stop, first_row, groups, names, cols))
+        every = sorted({g for x in got for g in x.groups})
+        with _errors(shard.url, every):
+            meta = self._metadata(fs, shard)
+            parts = None
             if not isinstance(fs, LocalFileSystem):
-                got.parts = _fetch_column_chunks(fs, shard, got.meta, groups, cols, self.retry)
+                parts = _fetch_column_chunks(fs, shard, meta, every, cols, self.retry)
+        for x in got:
+            x.meta, x.parts = meta, parts
         return got
 
     def decode(self, fs: Any, got: _Fetched) -> pa.Table:
@@ -483,12 +500,14 @@ class ParquetFormat:
             else:
                 # pyarrow decodes from the fetched parts only: fsspec's "parts" cache serves
                 # its reads, and the metadata we pass keeps it from reading the footer again
+                # (a copy of the dict: the cache empties the one it is given, and the parts
+                # of a fetch of several groups serve each of them)
                 f = AlreadyBufferedFile(
                     fs=None,
                     path=url,
                     mode="rb",
                     cache_type="parts",
-                    cache_options={"data": got.parts},
+                    cache_options={"data": dict(got.parts)},
                     size=got.shard.bytes,
                 )
                 table = pq.ParquetFile(f, metadata=got.meta).read_row_groups(

@@ -334,6 +334,16 @@ class TarFormat:
         hi = max(off + size for _, off, size in recs[-1])
         return shard, start, stop, columns, lo, self._span(fs, shard, lo, hi)
 
+    def fetch_many(
+        self,
+        fs: Any,
+        shard: Shard,
+        rows: Sequence[tuple[int, int]],
+        columns: Sequence[str] | None,
+    ) -> list[tuple[Shard, int, int, Sequence[str] | None, int, bytes]]:
+        """`fetch` of several record ranges of one shard (one range read each)."""
+        return [self.fetch(fs, shard, a, b, columns) for a, b in rows]
+
     def decode(
         self, fs: Any, got: tuple[Shard, int, int, Sequence[str] | None, int, bytes]
     ) -> list[dict[str, Any]]:
