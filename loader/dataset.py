@@ -2,8 +2,12 @@
 
 from __future__ import annotations
 
+import itertools
+import time
+import warnings
 from collections.abc import Iterable, Iterator, Mapping, Sequence
-from typing import Any
+from operator import length_hint
+from typing import Any, TypeVar
 
 import torch
 from torch.utils.data import IterableDataset, get_worker_info
@@ -19,15 +23,18 @@ from .distributed_index import shared_index
 from .formats import Format, format_for
 from .index import ShardIndex
 from .kinds import kinds_of
-from .pipeline import PlanReader
+from .pipeline import DEFAULT_MEMORY_BUDGET, PlanReader
 from .retry import RetryPolicy
 from .state import Layout, check_state
+from .stats import FIELDS as _FIELDS
+from .stats import LoaderStats, Stats
 from .storage import UrlOrPath
 from .streams import is_mixture
 
 __all__ = ["StreamingDataset"]
 
-RECORD_STEP = 256  # record mode gathers this many rows at a time
+T = TypeVar("T")
+RECORD_STEP = 1024  # record mode hands out records in lists of this many
 
 
 def _check_positive(name: str, value: object) -> int | None:
@@ -57,6 +64,28 @@ def _columns(columns: object) -> list[str] | None:
     return names
 
 
+def _budget_args(memory_budget: object, prefetch: object) -> tuple[int, int | None]:
+    """(memory budget in bytes, the deprecated prefetch or None), checked."""
+    if prefetch is not None:
+        prefetch = as_int("prefetch", prefetch, 0, what="an int >= 0 (blocks read ahead)")
+        warnings.warn(
+            "StreamingDataset(prefetch=...) is deprecated and will be removed in the next "
+            "release: pass memory_budget (bytes of decoded data held plus read ahead)",
+            DeprecationWarning,
+            stacklevel=3,
+        )
+    if memory_budget is None:
+        return DEFAULT_MEMORY_BUDGET, prefetch if isinstance(prefetch, int) else None
+    memory_budget = as_int("memory_budget", memory_budget, 0, what="an int >= 0 (bytes)")
+    if prefetch is not None:
+        raise ValueError("pass memory_budget or the deprecated prefetch, not both")
+    return memory_budget, None
+
+
+def _batch_rows(batch: Mapping[str, Any]) -> int:
+    return len(next(iter(batch.values()))) if batch else 0
+
+
 def _shared_index(
     source: Any, storage_options: dict[str, Any] | None, retry: RetryPolicy
 ) -> ShardIndex:
@@ -70,19 +99,20 @@ def _shared_index(
 class StreamingDataset(IterableDataset[Any]):
     """Streams the records a ShardSampler assigns to this rank, from local or S3 shards.
 
-    `source`: a directory, s3:// prefix, glob, list of URLs, a saved index (``*.json``) or a
-    ShardIndex; local paths may be pathlib.Paths (os.PathLike), alone or in a list. Rank
-    and world size default as the sampler's. Each epoch (`set_epoch`) the rank's records
-    are those of ``ShardSampler(...).plan()``: inside a DataLoader with `num_workers` W,
-    worker w reads the w-th contiguous part of them, opening its own filesystem; none is
-    lost or read twice.
+    `source`: a directory, s3:// prefix, glob, list of URLs, a manifest, a saved index
+    (``*.json``) or a ShardIndex; local paths may be pathlib.Paths (os.PathLike), alone or
+    in a list; a list of `loader.Stream` makes a mixture (loader.mixture). Rank and world
+    size default as the sampler's. Each epoch (`set_epoch`) the rank's records are those of
+    ``ShardSampler(...).plan()``: inside a DataLoader with `num_workers` W, worker w reads
+    the w-th contiguous part of them, opening its own filesystem; none is lost or read
+    twice.
 
     Records: Parquet rows as ``{column: value}``; tar samples as webdataset's dicts
     (``__key__``, ``__url__``, one bytes entry per extension), decoded when `decode` says,
     as webdataset's ``.decode(*specs)`` does: True for its basic handlers, an image spec
     ("pil", "rgb8", "torchrgb", ...), a handler(key, data), or a list of them (checked
-    here: an unknown spec raises ValueError listing webdataset's). With `batch_size` B it yields
-    batches instead (use ``DataLoader(ds, batch_size=None)``): numeric and fixed-length
+    here: an unknown spec raises ValueError listing webdataset's). With `batch_size` B it
+    yields batches instead (use ``DataLoader(ds, batch_size=None)``): numeric and fixed-length
     list columns as tensors, others as lists; only the rank's last batch may be short.
     A column's kind is decided once, from the schema (loader.kinds): nulls in float
     columns become NaN, in integer columns an error unless `fill_nulls` gives a value
@@ -91,21 +121,34 @@ class StreamingDataset(IterableDataset[Any]):
     `columns` selects Parquet columns (Hive partition keys included) or tar extensions:
     one name (a str) or a list of them.
 
-    Reading: a block of `window` pieces (shard row ranges) is read and decoded by
-    `read_threads` threads and joined there (Parquet: numeric columns copied into one
-    contiguous buffer each, reused block after block); the next `prefetch` blocks are read
-    while one is consumed, so memory holds about (1 + prefetch) decoded blocks. Each batch
-    or record is gathered fresh from the block: what you keep pins no block. Transient
-    storage errors (throttling, 5xx, dropped connections, timeouts) are retried as `retry`
-    says (a RetryPolicy: attempts, backoff and a deadline; s3fs and botocore retry once
-    below it unless storage_options say otherwise); then a ShardError names the shard and
-    the last cause, and the reads queued behind the failed one start nothing.
+    Reading: each piece (a shard's row range) is read group by group (Parquet: runs of
+    row groups holding 256 KiB or more stored; tar: runs of members holding 1 MiB), which
+    is also how its order is shuffled (see sampler.plan). `read_threads` threads fetch
+    and decode the groups in the order the reading needs them, ahead of it as far as
+    `memory_budget` allows: bytes of decoded groups held plus groups being read (default
+    64 MiB; inside a DataLoader each of W workers gets 1/W of it). The groups the reading
+    needs at once (one per interleaved piece) are read even when they exceed it. Of what
+    is read ahead, only a few groups are decoded before they are needed (one a piece,
+    one a decoding thread); the rest waits as fetched bytes.
+    `prefetch` (blocks read ahead) is a deprecated alias: it reads ahead that many more
+    sets of the block's groups. Batches and records are gathered fresh from the groups: a
+    kept batch pins at most the slab of ~2,048 records it was cut from, never a group.
+    Transient storage errors (throttling, 5xx, dropped connections, timeouts) are retried
+    as `retry` says (a RetryPolicy: attempts, backoff and a deadline; s3fs and botocore
+    retry once below it unless storage_options say otherwise); then a ShardError names the
+    shard and the last cause.
+
+    Where time goes: `stats()` sums this process's and its DataLoader workers' counters
+    (records, bytes fetched, requests, retries, seconds fetching, decoding and waiting,
+    and the data-stall fraction of a timed consumer: iterate ``ds.timed(loader)``, or the
+    dataset itself without workers); `log_every` seconds logs them in one line (INFO).
 
     Resume: `state_dict`, `consumed_state`, `load_state_dict` (see loader.state), also in
     another number of ranks or workers.
 
-    Integer arguments (seed, ranks, batch_size, window, read_threads, prefetch) take Python
-    ints or numpy integers, as torch does; bools, floats and other types raise ValueError.
+    Integer arguments (seed, ranks, batch_size, window, read_threads, memory_budget) take
+    Python ints or numpy integers, as torch does; bools, floats and other types raise
+    ValueError.
 
     `set_epoch` reaches workers started earlier (``persistent_workers=True``): the epoch
     lives in a shared-memory tensor.
@@ -133,14 +176,26 @@ class StreamingDataset(IterableDataset[Any]):
         storage_options: dict[str, Any] | None = None,
         window: IntLike = DEFAULT_WINDOW,
         decode: DecodeSpec = False,
-        read_threads: IntLike = 8,
-        prefetch: IntLike = 1,
+        read_threads: IntLike = 16,
+        memory_budget: IntLike | None = None,
+        prefetch: IntLike | None = None,
         retry: RetryPolicy | None = None,
         fill_nulls: Mapping[str, Any] | None = None,
         pad: Mapping[str, Any] | None = None,
+        log_every: float | None = None,
     ) -> None:
         super().__init__()
-        self._read_options(batch_size, columns, decode, read_threads, prefetch, retry, pad)
+        self._read_options(
+            batch_size,
+            columns,
+            decode,
+            read_threads,
+            memory_budget,
+            prefetch,
+            retry,
+            pad,
+            log_every,
+        )
         topo = Topology.resolve(num_replicas, rank)
         self.storage_options = dict(storage_options or {})
         self.index = _shared_index(source, self.storage_options, self.retry)
@@ -153,8 +208,10 @@ class StreamingDataset(IterableDataset[Any]):
             if self.schema is not None and self.batch_size is not None
             else None
         )
+        # where each shard's read groups lie: the reading order shuffles group by group
+        self.groups = [self._format().groups(s) for s in self.index.shards]
         self.sampler = ShardSampler(
-            self.index, topo.world_size, topo.rank, shuffle, seed, drop_last, window
+            self.index, topo.world_size, topo.rank, shuffle, seed, drop_last, window, self.groups
         )
         self._epoch = torch.zeros((), dtype=torch.int64).share_memory_()  # type: ignore[no-untyped-call]
         self._position = 0  # items yielded in this epoch by this object, in this process
@@ -166,15 +223,22 @@ class StreamingDataset(IterableDataset[Any]):
         columns: str | Sequence[str] | None,
         decode: DecodeSpec,
         read_threads: IntLike,
-        prefetch: IntLike,
+        memory_budget: IntLike | None,
+        prefetch: IntLike | None,
         retry: RetryPolicy | None,
         pad: Mapping[str, Any] | None,
+        log_every: float | None,
     ) -> None:
         """The options every source of a dataset is read with, checked (ValueError or
         TypeError naming the value) before any storage is touched."""
         self.batch_size = _check_positive("batch_size", batch_size)
         self.read_threads = _check_positive("read_threads", read_threads) or 1
-        self.prefetch = as_int("prefetch", prefetch, 0, what="an int >= 0 (blocks read ahead)")
+        self.memory_budget, self.prefetch = _budget_args(memory_budget, prefetch)
+        if log_every is not None and not (isinstance(log_every, int | float) and log_every > 0):
+            raise ValueError(f"log_every must be seconds > 0 or None, got {log_every!r}")
+        self.log_every = log_every
+        self._stats = LoaderStats()
+        self._live: tuple[Iterator[Any], int] | None = None  # records being handed out
         self.retry = retry or RetryPolicy()
         self.columns = _columns(columns)
         self.decode = decode
@@ -190,7 +254,7 @@ class StreamingDataset(IterableDataset[Any]):
         another epoch drops a loaded resume state."""
         epoch = as_int("epoch", epoch, 0)
         if epoch != self.epoch:
-            self._resume, self._position = None, 0
+            self._resume, self._position, self._live = None, 0, None
         self.sampler.set_epoch(epoch)
         self._epoch.fill_(epoch)
 
@@ -203,6 +267,33 @@ class StreamingDataset(IterableDataset[Any]):
             self.sampler.drop_last,
         )
 
+    def _consumed(self) -> int:
+        """Items this object has handed out in the epoch: exact even in the middle of a
+        list of records (its iterator tells how many it still holds)."""
+        if self._live is None:
+            return self._position
+        it, n = self._live
+        return self._position + n - length_hint(it)
+
+    def stats(self) -> dict[str, Any]:
+        """Counters of this process and its DataLoader workers, summed (see loader.stats):
+        records, bytes_fetched, requests, retries, fetch_s / decode_s (seconds, summed over
+        reader threads), wait_s (the reading thread waiting for a group), consumer_wait_s /
+        consumer_wall_s and their ratio `stall_fraction` (None unless a consumer was timed:
+        ``ds.timed(loader)``, or iterating the dataset without workers), peak_held_bytes."""
+        return self._stats.totals()
+
+    def reset_stats(self) -> None:
+        """Zero the counters (of this process and its workers)."""
+        self._stats.reset()
+
+    def timed(self, items: Iterable[T]) -> Iterator[T]:
+        """`items` (e.g. a DataLoader over this dataset), with the time the consumer waits
+        for each one counted: `stats()["stall_fraction"]` then says what share of the loop's
+        wall time went to waiting for data. Logs every `log_every` seconds too."""
+        stats = self._stats.mine(0)
+        return self._stats.timed(items, stats, lambda: self._stats.maybe_log(self.log_every))
+
     def state_dict(self) -> dict[str, Any]:
         """The items (records, or batches with batch_size) this object has yielded in the
         epoch, in this process, as a state for `load_state_dict`. Iterated directly
@@ -211,8 +302,8 @@ class StreamingDataset(IterableDataset[Any]):
         torchdata's StatefulDataLoader saves per worker."""
         info = get_worker_info()
         if info is None:
-            return self.consumed_state(self._position, 0)
-        state: dict[str, Any] = {"epoch": self.epoch, "position": self._position}
+            return self.consumed_state(self._consumed(), 0)
+        state: dict[str, Any] = {"epoch": self.epoch, "position": self._consumed()}
         base = self._layout(info.num_workers).base_of(self._resume, self.epoch)
         if base is not None:
             state["elastic"] = base
@@ -248,7 +339,7 @@ class StreamingDataset(IterableDataset[Any]):
         state = check_state(state)
         self.set_epoch(state["epoch"])
         self._resume = state
-        self._position = state["position"]
+        self._position, self._live = state["position"], None
 
     def __len__(self) -> int:
         """Records (or batches, with batch_size) this rank yields per epoch; equal on all
@@ -279,6 +370,7 @@ class StreamingDataset(IterableDataset[Any]):
                 partitioning=index.partitioning,
                 kinds=kinds,
                 lengths=lengths,
+                file_schemas=index.schemas,
             )
         return format_for("tar", decode=self._decoder, retry=self.retry)
 
@@ -287,12 +379,12 @@ class StreamingDataset(IterableDataset[Any]):
         worker, workers = (info.id, info.num_workers) if info is not None else (0, 0)
         layout = self._layout(workers)
         segments, skip = layout.worker_part(self._resume, self.epoch, self.sampler.rank, worker)
-        self._position = skip
+        self._position, self._live = skip, None
         records = sum(b - a for *_, a, b in segments)
         start = min(records, skip * layout.item)
         fmt = self._format()
         root = layout.root(layout.base_of(self._resume, self.epoch))
-        step = self.batch_size or RECORD_STEP
+        stats = self._stats.mine(0 if info is None else 1 + worker)
         reader = PlanReader(
             self.index,
             fmt,
@@ -301,20 +393,63 @@ class StreamingDataset(IterableDataset[Any]):
             retry=self.retry,
             read_threads=self.read_threads,
             prefetch=self.prefetch,
+            memory_budget=self.memory_budget // max(1, workers),
+            stats=stats,
         )
         runs = [
             (self._plan(root, rank, worker), a, b)
             for rank, worker, a, b in cut_segments(segments, start, records)
         ]
-        taken = reader.parts(runs, step)
-        items = (
-            (r for part in taken for r in fmt.records(part))
-            if self.batch_size is None
-            else regroup((fmt.batch(part) for part in taken), self.batch_size, self.pad)
+        taken = reader.parts(runs, self.batch_size or RECORD_STEP)
+        if self.batch_size is None:
+            deliveries: Iterator[Any] = (fmt.records(part) for part in taken)
+        else:
+            batches = regroup((fmt.batch(part) for part in taken), self.batch_size, self.pad)
+            deliveries = ([b] for b in batches)
+        # the consumer is timed where it runs in this process (no DataLoader workers); items
+        # are handed out by chain's C loop straight from each list's iterator
+        handed = self._deliver(deliveries, stats, timed=info is None, logs=worker == 0)
+        return itertools.chain.from_iterable(handed)
+
+    def _deliver(
+        self, deliveries: Iterator[Any], stats: Stats, timed: bool, logs: bool
+    ) -> Iterator[Iterator[Any]]:
+        """An iterator over each delivery's items, in turn: a list's own iterator (a list of
+        records or of one batch), so the position stays exact when the consumer stops in the
+        middle (the iterator tells how many it still holds), with no Python code run per
+        item; or, for a generator of records, one that counts them one by one."""
+        wait_i, wall_i, rec_i = (
+            _FIELDS.index(f) for f in ("consumer_wait_s", "consumer_wall_s", "records")
         )
-        for item in items:
+        row = stats.row
+        ready = time.perf_counter()
+        while True:
+            t0 = time.perf_counter()
+            items = next(deliveries, None)
+            if items is None:
+                return
+            if timed:
+                t1 = time.perf_counter()
+                row[wait_i] += t1 - t0
+                row[wall_i] += t1 - ready
+                ready = t1
+            if logs and self.log_every:
+                self._stats.maybe_log(self.log_every)
+            if isinstance(items, list):
+                row[rec_i] += len(items) if self.batch_size is None else _batch_rows(items[0])
+                it = iter(items)
+                self._live = (it, len(items))
+                yield it
+                self._position += len(items)
+                self._live = None
+            else:
+                yield self._counted(items, row, rec_i)
+
+    def _counted(self, records: Iterator[Any], row: Any, rec_i: int) -> Iterator[Any]:
+        for record in records:
             self._position += 1
-            yield item
+            row[rec_i] += 1
+            yield record
 
     def _plan(self, root: Layout, rank: int, worker: int) -> Plan:
         """Plan `worker` of `rank` in the layout the epoch started with."""
@@ -326,6 +461,7 @@ class StreamingDataset(IterableDataset[Any]):
             self.sampler.seed,
             self.sampler.drop_last,
             self.sampler.window,
+            self.groups,
         )
         sampler.set_epoch(self.epoch)
         return sampler.plan(worker, max(1, root.num_workers), align=root.item)

@@ -211,6 +211,13 @@ def _check_lengths(
     if kind.pad is not None or len(col) == 0:
         return
     lo, hi = (x.as_py() for x in pc.min_max(pc.list_value_length(col)).values())
+    check_length(name, url, lo, hi, lengths)
+
+
+def check_length(name: str, url: str, lo: int, hi: int, lengths: dict[str, int]) -> None:
+    """Rows of a plain list column with lengths lo..hi fit a tensor column only if they all
+    have the length the first rows read had (kept in `lengths`); else a ShardError naming
+    the column, the shard, the lengths and the fix."""
     first = lengths.setdefault(name, lo)
     if lo != hi or lo != first:
         raise ShardError(

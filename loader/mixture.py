@@ -20,6 +20,7 @@ stream, the cursor at the epoch's start (`MixtureSampler.state_dict()["streams"]
 from __future__ import annotations
 
 import contextlib
+import itertools
 import os
 from collections.abc import Iterator, Mapping, Sequence
 from concurrent.futures import ThreadPoolExecutor
@@ -42,7 +43,7 @@ from .dataset import RECORD_STEP, StreamingDataset, _shared_index
 from .decode import DecodeSpec
 from .formats import Format
 from .kinds import Kind, kinds_of
-from .pipeline import PlanReader
+from .pipeline import MemoryBudget, PlanReader
 from .retry import RetryPolicy
 from .state import Layout, check_state
 from .streams import STREAM, Stream, is_mixture
@@ -96,16 +97,28 @@ class MixtureDataset(StreamingDataset):
         storage_options: dict[str, Any] | None = None,
         window: IntLike = DEFAULT_WINDOW,
         decode: DecodeSpec = False,
-        read_threads: IntLike = 8,
-        prefetch: IntLike = 1,
+        read_threads: IntLike = 16,
+        memory_budget: IntLike | None = None,
+        prefetch: IntLike | None = None,
         retry: RetryPolicy | None = None,
         fill_nulls: Mapping[str, Any] | None = None,
         pad: Mapping[str, Any] | None = None,
+        log_every: float | None = None,
     ) -> None:
         IterableDataset.__init__(self)
         if not is_mixture(streams):
             raise ValueError(f"a mixture needs a non-empty list of Stream, got {streams!r}")
-        self._read_options(batch_size, columns, decode, read_threads, prefetch, retry, pad)
+        self._read_options(
+            batch_size,
+            columns,
+            decode,
+            read_threads,
+            memory_budget,
+            prefetch,
+            retry,
+            pad,
+            log_every,
+        )
         topo = Topology.resolve(num_replicas, rank)
         self.streams = list(streams)
         self.names = [_name(s, k) for k, s in enumerate(self.streams)]
@@ -129,6 +142,11 @@ class MixtureDataset(StreamingDataset):
             s.weight if s.weight is not None else idx.num_records
             for s, idx in zip(self.streams, self.indexes)
         ]
+        self._lengths: dict[str, int] = {}  # ragged list columns' length, shared by streams
+        # per stream, where each shard's read groups lie (the reading order shuffles by them)
+        groups = [
+            [self._format_of(k).groups(s) for s in idx.shards] for k, idx in enumerate(self.indexes)
+        ]
         self.sampler = MixtureSampler(  # type: ignore[assignment]
             self.indexes,
             weights,
@@ -140,8 +158,8 @@ class MixtureDataset(StreamingDataset):
             drop_last,
             window,
             self.names,
+            groups,
         )
-        self._lengths: dict[str, int] = {}  # ragged list columns' length, shared by streams
         self._epoch = torch.zeros((), dtype=torch.int64).share_memory_()  # type: ignore[no-untyped-call]
         self._position = 0
         self._resume: dict[str, Any] | None = None
@@ -276,6 +294,7 @@ class MixtureDataset(StreamingDataset):
             mine.drop_last,
             mine.window,
             mine.names,
+            mine.groups,
         )
         other.load_state_dict({"epoch": epoch, "position": 0, "streams": self._streams_state()})
         return other
@@ -293,33 +312,36 @@ class MixtureDataset(StreamingDataset):
         layout = self._layout(workers)
         epoch = self.epoch
         segments, skip = layout.worker_part(self._resume, epoch, self._mix.rank, worker)
-        self._position = skip
+        self._position, self._live = skip, None
         total = sum(b - a for *_, a, b in segments)
         start = min(total, skip * layout.item)
         root = layout.root(layout.base_of(self._resume, epoch))
         step = self.batch_size or RECORD_STEP
-        formats = [self._format_of(k) for k in range(len(self.streams))]
+        stats = self._stats.mine(0 if info is None else 1 + worker)
+        # one budget for all streams: they are read together, and held together
+        budget = MemoryBudget(self.memory_budget // max(1, workers))
         readers = [
             PlanReader(
                 idx,
-                fmt,
+                self._format_of(k),
                 columns=self.columns,
                 storage_options=opts,
                 retry=self.retry,
                 read_threads=self.read_threads,
                 prefetch=self.prefetch,
+                memory_budget=budget,
+                stats=stats,
             )
-            for idx, fmt, opts in zip(self.indexes, formats, self.options)
+            for k, (idx, opts) in enumerate(zip(self.indexes, self.options))
         ]
         chunks = self._chunks(cut_segments(segments, start, total), root, epoch, readers, step)
-        items = (
-            (r for chunk in chunks for r in chunk)
+        deliveries: Iterator[Any] = (
+            chunks  # lists of records
             if self.batch_size is None
-            else regroup(chunks, self.batch_size, self.pad)
+            else ([b] for b in regroup(chunks, self.batch_size, self.pad))
         )
-        for item in items:
-            self._position += 1
-            yield item
+        handed = self._deliver(deliveries, stats, timed=info is None, logs=worker == 0)
+        return itertools.chain.from_iterable(handed)
 
     def _chunks(
         self,

@@ -1,35 +1,121 @@
 """The read pipeline: records [start, stop) of reading plans, fetched and decoded ahead.
 
 A `PlanReader` knows one dataset (its index, format, columns, storage and retry policy) and
-turns runs of a plan into *parts*: what the format's `take` gives for consecutive records
+turns runs of a plan into *parts*: what the format's `cut` gives for consecutive records
 (an Arrow-backed column dict, a list of samples), cut so that every `step` records from
 the start of a read end a part (a batch is then one part, or a few joined by `regroup`).
 
-    (plan, start, stop) runs -> blocks of pieces (fetched, decoded and joined in threads)
+    (plan, start, stop) runs -> read groups (a piece's decode units), in the order the
+                                reading first needs them: fetched by `read_threads`
+                                threads as far ahead as the memory budget allows, decoded
+                                (cores - 1 threads) only a few groups before they are needed
+                             -> slabs of up to SLAB records gathered from the groups held
                              -> parts of at most `step` records, in the plan's order
 
-The dataset adapters (one source or a mixture of streams) decide which runs to read.
+A plan reads each piece of a block group by group (sampler.plan), so the reader holds one
+group of each of the block's `window` pieces (the working set) plus what it reads ahead:
+the first records flow once the first group of each piece is decoded, not a whole block,
+and a group is let go as soon as its piece moves on to its next group. The reading order
+itself is computed a chunk ahead on a thread of its own.
+
+For a mixture of streams, give each stream's reader one shared MemoryBudget (so the bound
+holds for all of them together); each reader still reads its own stream's groups in its
+own order.
 """
 
 from __future__ import annotations
 
+import bisect
+import functools
+import itertools
+import os
 import threading
+import time
 from collections.abc import Iterable, Iterator, Sequence
 from concurrent.futures import Future, ThreadPoolExecutor
 from typing import Any
 
 import numpy as np
+from fsspec.implementations.local import LocalFileSystem
 
-from sampler.plan import Plan
+from sampler.plan import Chunk, Plan
 
 from .formats import Format
 from .index import ShardIndex
 from .retry import RetryPolicy
+from .stats import Stats, active, fetch_seconds
 from .storage import filesystem
 
-__all__ = ["PlanReader", "Run"]
+__all__ = ["DEFAULT_MEMORY_BUDGET", "SLAB", "MemoryBudget", "PlanReader", "Run"]
 
 Run = tuple[Plan, int, int]  # records [start, stop) of a plan, in its reading order
+Key = tuple[int, int, int]  # (run, piece, group): one read group of one run
+
+SLAB = 2048  # records gathered at once from the groups held (then cut into parts)
+FETCH_BYTES = 16 << 20  # off local disk, a shard's groups are fetched together up to this
+CHUNK_RECORDS = 32768  # records of the reading order computed at once (small: the first
+# records flow sooner, and the consumer thread does not hold the GIL long)
+# Measured (README): locally the cushion of decoded groups, not the budget, sets the memory
+# held; over S3 with 30 ms to the first byte, 32-256 MiB read equally fast; 64 is the margin
+DEFAULT_MEMORY_BUDGET = 64 << 20
+# decoded bytes per estimated byte until a group is measured: encoded pages are often
+# smaller than the decoded columns (dictionaries, run lengths), so start cautious
+FIRST_SCALE = 2.0
+
+
+class MemoryBudget:
+    """A bound in bytes on the decoded data readers hold plus what they read ahead; one
+    object may be shared by several readers (a mixture's streams) to bound them together.
+    Thread-safe.
+
+    A reader charges a group's estimated size when it starts reading it, its measured size
+    once decoded, and refunds it when the group is let go. It reads ahead only while the
+    charge fits; a group its consumer needs now is read even when it does not (the least
+    memory the reading order allows), so `held` stays within `limit` plus the groups being
+    waited for. `peak` is the most ever held.
+    """
+
+    def __init__(self, limit: int) -> None:
+        if isinstance(limit, bool) or not isinstance(limit, int) or limit < 0:
+            raise ValueError(f"memory_budget must be an int >= 0 (bytes), got {limit!r}")
+        self.limit = limit
+        self.held = 0
+        self.peak = 0
+        self._lock = threading.Lock()
+
+    def charge(self, n: int, force: bool = False) -> bool:
+        """Hold n more bytes if they fit (or `force`); False, holding nothing more, if not."""
+        with self._lock:
+            if not force and self.held + n > self.limit:
+                return False
+            self.held += n
+            self.peak = max(self.peak, self.held)
+            return True
+
+    def refund(self, n: int) -> None:
+        """Hold n fewer bytes (n < 0: more, e.g. when a group decoded larger than charged)."""
+        with self._lock:
+            self.held -= n
+            self.peak = max(self.peak, self.held)
+
+
+def decode_threads() -> int:
+    """Groups decoded at once: the cores this process may use but one, which the consuming
+    thread (gathering batches, and the training loop) needs. On 2 cores, 1: measured no
+    slower than 2, and 20-30 MB less peak RSS (each decoding thread keeps its own heap of
+    Arrow memory and buffers)."""
+    try:
+        cores = len(os.sched_getaffinity(0))
+    except AttributeError:  # not Linux
+        cores = os.cpu_count() or 1
+    return max(1, cores - 1)
+
+
+def budget_of(memory_budget: int | MemoryBudget | None) -> MemoryBudget:
+    """A MemoryBudget from bytes (None: DEFAULT_MEMORY_BUDGET) or the shared object itself."""
+    if isinstance(memory_budget, MemoryBudget):
+        return memory_budget
+    return MemoryBudget(DEFAULT_MEMORY_BUDGET if memory_budget is None else memory_budget)
 
 
 class _Stopped(Exception):
@@ -38,11 +124,14 @@ class _Stopped(Exception):
 
 
 class PlanReader:
-    """Reads runs of plans over one ShardIndex.
+    """Reads runs of plans over one ShardIndex, read group by read group.
 
-    A block of `window` pieces (shard row ranges) is read and decoded by `read_threads`
-    threads and joined there (see the format's `join`); the next `prefetch` blocks are
-    read while one is consumed, so memory holds about (1 + prefetch) decoded blocks.
+    `read_threads` threads fetch groups in the order the reading needs them, as far ahead
+    as `memory_budget` allows (bytes, or a MemoryBudget shared with other readers, e.g. a
+    mixture's streams; default DEFAULT_MEMORY_BUDGET); cores - 1 threads decode them, a
+    few ahead of need. `prefetch` (deprecated, for one release): instead of a budget,
+    read ahead `prefetch` more sets of the first block's groups, as the old reader read
+    `prefetch` more blocks. Counters go to `stats` (see loader.stats).
     """
 
     def __init__(
@@ -54,7 +143,9 @@ class PlanReader:
         storage_options: dict[str, Any] | None,
         retry: RetryPolicy,
         read_threads: int,
-        prefetch: int,
+        prefetch: int | None = None,
+        memory_budget: int | MemoryBudget | None = None,
+        stats: Stats | None = None,
     ) -> None:
         self.index = index
         self.fmt = fmt
@@ -63,6 +154,10 @@ class PlanReader:
         self.retry = retry
         self.read_threads = read_threads
         self.prefetch = prefetch
+        self.budget = budget_of(memory_budget)
+        self.stats = stats if stats is not None else Stats()
+        self._lock = threading.Lock()
+        self._measured = [0, 0]  # bytes decoded groups held, and what was estimated for them
 
     def parts(self, runs: Iterable[Run], step: int) -> Iterator[Any]:
         """The runs' records in reading order, in parts of at most `step` records that end
@@ -70,88 +165,502 @@ class PlanReader:
         runs = list(runs)
         if not runs or not self.index.shards:
             return
-        fs, _ = filesystem(self.index.shards[0].url, self.storage_options)
+        fs, _ = filesystem(self.index.shards[0].url, self._options())
+        slab = step * max(1, SLAB // step)
+        reading = _Reading(self, fs, runs)
+        self.fmt.reserve(reading.budget.limit + reading.budget.limit // 2)
         done = 0
-        # set when a read fails or the consumer stops: reads still queued then start
-        # nothing, so the error arrives after the reads in flight, not after every
-        # prefetched one has spent its own retries (the pool's exit waits for them)
-        halt = threading.Event()
-        with ThreadPoolExecutor(max_workers=self.read_threads) as pool:
-            try:
-                for plan, a, b in runs:
-                    yield from self._read_plan(plan, a, b, fs, pool, step, done, halt)
-                    done += b - a
-            finally:
-                halt.set()  # before the pool's exit waits for what it still holds
-
-    def _read_plan(
-        self,
-        plan: Plan,
-        start: int,
-        stop: int,
-        fs: Any,
-        pool: ThreadPoolExecutor,
-        step: int,
-        done: int,
-        halt: threading.Event,
-    ) -> Iterator[Any]:
-        """Records [start, stop) of the plan, in parts as `parts` says (`done` records came
-        before). While a block is consumed, the next `prefetch` blocks are already being
-        read by the pool's threads."""
-        fmt = self.fmt
-
-        def read(piece: int) -> Any:
-            if halt.is_set():
-                raise _Stopped("an earlier read failed, or reading stopped")
-            shard = self.index.shards[int(plan.shards[piece])]
-            first, end = int(plan.starts[piece]), int(plan.stops[piece])
-            try:
-                return fmt.read(fs, shard, first, end, self.columns)
-            except BaseException:
-                halt.set()
-                raise
-
-        def join(parts: list[Future[Any]]) -> Any:
-            # queued after its parts' reads, so those have started when this runs: no
-            # deadlock however few threads the pool has
-            return fmt.join([f.result() for f in parts])
-
-        blocks = plan.blocks()
-        pending: dict[tuple[int, int], tuple[list[Future[Any]], Future[Any]]] = {}
-
-        def submit_from(i: int) -> None:
-            """Read and join blocks i .. i + prefetch in the pool, those not yet asked for:
-            a block reaches this (consuming) thread ready to gather batches from."""
-            for blk in blocks[i : i + 1 + self.prefetch]:
-                if blk not in pending:
-                    parts = [pool.submit(read, p) for p in range(*blk)]
-                    pending[blk] = (parts, pool.submit(join, parts))
-
-        joined: Any = None
-        block: tuple[int, int] | None = None
-        if start < stop:  # reads start before the first chunk's order is computed
-            submit_from(plan.block_at(start))
         try:
-            for chunk in plan.chunks(start, stop):
-                if chunk.block != block:
-                    if joined is not None:
-                        fmt.release(joined)
-                        joined = None
-                    block = chunk.block
-                    submit_from(blocks.index(block))
-                    joined = pending.pop(block)[1].result()
-                    # (k+1,) where each piece of the block starts in `joined`
-                    offsets = np.concatenate(([0], np.cumsum(plan.sizes[block[0] : block[1]])))
-                local = offsets[chunk.pieces - block[0]] + chunk.rows - plan.starts[chunk.pieces]
-                lo = 0
-                while lo < local.size:
-                    hi = min(local.size, lo + step - done % step)
-                    yield fmt.take(joined, local[lo:hi])
-                    done += hi - lo
-                    lo = hi
+            reading.pump()
+            for r, (plan, a, b) in enumerate(runs):
+                block: tuple[int, int] | None = None
+                for chunk in reading.ahead_of(plan.chunks(a, b, CHUNK_RECORDS)):
+                    if chunk.block != block:
+                        if block is not None:
+                            reading.let_go_block(r, block)
+                        block = chunk.block
+                    lo = 0
+                    while lo < len(chunk):
+                        hi = min(len(chunk), lo + slab - done % slab)
+                        hi, groups = reading.slab_end(r, chunk, lo, hi, step - done % step, step)
+                        taken = reading.gather(r, chunk, lo, hi, groups)
+                        at = 0
+                        while at < hi - lo:
+                            end = min(hi - lo, at + step - done % step)
+                            yield self.fmt.cut(taken, at, end)
+                            done += end - at
+                            at = end
+                        lo = hi
+                if block is not None:
+                    reading.let_go_block(r, block)
         finally:
-            if joined is not None:
-                fmt.release(joined)
-            for parts, joining in pending.values():  # stopped early: drop the prefetched
-                for f in [joining, *parts]:
-                    f.cancel()
+            reading.close()
+
+    def _options(self) -> dict[str, Any]:
+        """The storage options, with room for `read_threads` S3 connections unless the
+        caller chose a pool size (s3fs's client keeps 10)."""
+        if not self.index.shards[0].url.startswith(("s3://", "s3a://")):
+            return self.storage_options
+        config = dict(self.storage_options.get("config_kwargs") or {})
+        config.setdefault("max_pool_connections", max(10, self.read_threads))
+        return {**self.storage_options, "config_kwargs": config}
+
+    def estimate(self, shard_id: int, start: int, stop: int) -> tuple[int, int]:
+        """(what the budget is charged, the format's own estimate) for reading rows
+        [start, stop) of a shard: the format's estimate scaled by what decoded groups
+        measured against their estimates so far."""
+        shard = self.index.shards[shard_id]
+        raw = self.fmt.estimate(shard, start, stop, self.columns)
+        with self._lock:
+            measured, estimated = self._measured
+        scale = measured / estimated if estimated else FIRST_SCALE
+        return max(1, int(raw * scale)), raw
+
+    def fetch(self, fs: Any, entry: _Group) -> None:
+        """Fetch a group's bytes (in a fetching thread), then queue it for decoding (see
+        `_Ahead`); its future gets the joined block, or None if it was let go first.
+        Off local disk, the later groups of the same shard already started are fetched
+        with it (up to FETCH_BYTES stored): fewer, larger requests, as object stores want."""
+        together = entry.ahead.claim(entry)
+        if not together:
+            return  # an earlier fetch of its shard took it along
+        if entry.ahead.halted:  # a read failed, or reading stopped: start nothing more
+            for e_ in together:
+                _finish(e_, None, _Stopped("an earlier read failed, or reading stopped"))
+            return
+        try:
+            shard = self.index.shards[entry.shard]
+            rows = [(e.first, e.stop) for e in together]
+            with active(self.stats):
+                raws = self.fmt.fetch_many(fs, shard, rows, self.columns)
+        except BaseException as e:
+            # the reads queued behind this one start nothing: the error reaches the
+            # consumer after the reads in flight, not after each queued one has spent its
+            # own retries
+            entry.ahead.halted = True
+            for e_ in together:
+                _finish(e_, None, e)
+            return
+        for e_, raw in zip(together, raws):
+            entry.ahead.fetched(e_, raw)
+
+    def decode(self, fs: Any, entry: _Group, raw: Any) -> Any:
+        """Decode and join one group (in a decoding thread: the same few threads decode
+        every group, so Arrow's allocator keeps free memory in few thread heaps), and
+        charge the budget its measured size instead of the estimate."""
+        with active(self.stats):
+            t0 = time.perf_counter()
+            fetched = fetch_seconds()  # local files are read while decoding
+            block = self.fmt.join([self.fmt.decode(fs, raw)])
+            fetched = fetch_seconds() - fetched
+        self.stats.add("decode_s", time.perf_counter() - t0 - fetched)
+        size = self.fmt.nbytes(block)
+        self.budget.refund(entry.charged - size)
+        entry.charged = size
+        self.stats.add("peak_held_bytes", self.budget.peak)
+        with self._lock:
+            self._measured[0] += size
+            self._measured[1] += entry.raw
+        return block
+
+
+def _distinct(chunk: Chunk, lo: int, hi: int) -> tuple[list[tuple[int, int]], Any, Any, Any]:
+    """The groups records [lo, hi) of the chunk read: (their (piece, group) keys; (n,) which
+    of them each record reads; (k,) where each is first read; (k,) where last). One
+    counting pass over small dense codes (np.unique would sort)."""
+    n = hi - lo
+    pieces = chunk.pieces[lo:hi] - chunk.block[0]
+    groups = chunk.groups[lo:hi] if chunk.groups is not None else np.zeros(n, dtype=np.int64)
+    width = int(groups.max()) + 1 if n else 1
+    dense = pieces * width + groups  # (n,) a small code per (piece, group)
+    present = np.flatnonzero(np.bincount(dense))  # (k,) the codes read, ascending
+    index = np.empty(int(present[-1]) + 1 if present.size else 0, dtype=np.int64)
+    index[present] = np.arange(present.size)
+    which = index[dense]
+    at = np.arange(n, dtype=np.int64)
+    last = np.empty(present.size, dtype=np.int64)
+    last[which] = at  # repeated indices: the last assignment stays
+    first = np.empty(present.size, dtype=np.int64)
+    first[which[::-1]] = at[::-1]
+    keys = [(chunk.block[0] + d // width, d % width) for d in present.tolist()]
+    return keys, which, first, last
+
+
+class _Ahead:
+    """Decoding, in reading order, only a few groups before they are needed.
+
+    Fetching runs as far ahead as the budget allows; a fetched group then waits here until
+    the consumer needs it or fewer than `limit` decoded groups wait for the consumer:
+    decoded data is larger than fetched bytes (locally nothing is fetched before
+    decoding), and a decoded group is of no use until needed, so a small cushion does
+    (about one next group a piece, and one a decoding thread). No thread blocks here:
+    groups wait in a list and go to the decoding threads as room appears.
+    """
+
+    def __init__(
+        self, limit: int, decoders: ThreadPoolExecutor, reader: PlanReader, fs: Any
+    ) -> None:
+        self.limit, self.decoders, self.reader, self.fs = limit, decoders, reader, fs
+        self.threads = decode_threads()
+        self.count = 0  # decoded groups the consumer does not need yet
+        self.running = 0  # groups being decoded
+        self.waiting: list[tuple[int, _Group, Any]] = []  # (order, group, fetched), sorted
+        self.unfetched: dict[int, list[_Group]] = {}  # shard -> groups started, not fetched
+        self.merge = not isinstance(fs, LocalFileSystem)  # fetch a shard's groups together
+        self.halted = False  # set when a fetch fails or reading stops: no new fetch starts
+        self._lock = threading.Lock()
+
+    def started(self, entries: list[_Group]) -> None:
+        """These groups' fetches are about to be queued (in reading order)."""
+        with self._lock:
+            for entry in entries:
+                self.unfetched.setdefault(entry.shard, []).append(entry)
+
+    def claim(self, entry: _Group) -> list[_Group]:
+        """The groups a fetch of `entry` reads: none if an earlier fetch took it along;
+        else it and (off local disk) the next groups of its shard not being fetched yet,
+        up to FETCH_BYTES stored."""
+        with self._lock:
+            if entry.claimed:
+                return []
+            queue = self.unfetched.get(entry.shard, [])
+            together, size = [], 0
+            for other in [entry, *(q for q in queue if q is not entry)]:
+                if other.claimed or (other is not entry and other.dropped):
+                    continue
+                if other is not entry and (not self.merge or size + other.stored > FETCH_BYTES):
+                    break
+                other.claimed = True
+                together.append(other)
+                size += other.stored
+            left = [q for q in queue if not q.claimed]
+            if left:
+                self.unfetched[entry.shard] = left
+            else:
+                self.unfetched.pop(entry.shard, None)
+            return together
+
+    def fetched(self, entry: _Group, raw: Any) -> None:
+        """`entry`'s bytes arrived (in a fetching thread): decode it when its turn comes."""
+        with self._lock:
+            dropped = entry.dropped
+            if not dropped:
+                bisect.insort(self.waiting, (entry.order, entry, raw), key=lambda w: w[0])
+                self._dispatch()
+        if dropped:
+            _finish(entry, None)
+
+    def need(self, entry: _Group, drop: bool = False) -> None:
+        """The consumer needs `entry` now (or, `drop`, never): it leaves the cushion, and is
+        decoded at once if its bytes wait here (or let go)."""
+        dropped = None
+        with self._lock:
+            entry.needed = True
+            entry.dropped = entry.dropped or drop
+            if entry.counted:
+                entry.counted = False
+                self.count -= 1
+            if drop:
+                for i, item in enumerate(self.waiting):
+                    if item[1] is entry:
+                        dropped = self.waiting.pop(i)[1]
+                        break
+            self._dispatch()
+        if dropped is not None:
+            _finish(dropped, None)
+
+    def _dispatch(self) -> None:
+        """(Holding the lock) hand to the decoding threads the waiting groups the consumer
+        needs, and the next ones in reading order while the cushion has room."""
+        keep = []
+        for needed in (True, False):  # the groups needed now first
+            for item in self.waiting:
+                if item[1].needed != needed:
+                    continue
+                room = needed or self.count + self.running < self.limit
+                if room and self.running < self.threads:
+                    self.running += 1
+                    self.decoders.submit(self._decode, item[1], item[2])
+                else:
+                    keep.append(item)
+        keep.sort(key=lambda w: w[0])
+        self.waiting = keep
+
+    def take(self, entry: _Group) -> tuple[bool, Any]:
+        """(True, its fetched bytes) if `entry` waits here for a decoding thread: the
+        consumer, waiting for it anyway, decodes it itself (`decode_here`)."""
+        with self._lock:
+            for i, item in enumerate(self.waiting):
+                if item[1] is entry:
+                    self.running += 1
+                    return True, self.waiting.pop(i)[2]
+        return False, None
+
+    def decode_here(self, entry: _Group, raw: Any) -> None:
+        self._decode(entry, raw)
+
+    def _decode(self, entry: _Group, raw: Any) -> None:
+        block, error = None, None
+        try:
+            block = self.reader.decode(self.fs, entry, raw)
+        except BaseException as e:
+            error = e
+        with self._lock:
+            self.running -= 1
+            if block is not None and not entry.needed and not entry.dropped:
+                entry.counted = True
+                self.count += 1
+            self._dispatch()
+        _finish(entry, block, error)
+
+
+def _finish(entry: _Group, block: Any, error: BaseException | None = None) -> None:
+    """Complete a group's future with its block (None: let go unread) or its error."""
+    if error is not None:
+        entry.future.set_exception(error)
+    else:
+        entry.future.set_result(block)
+
+
+class _Group:
+    """One read group: rows [first, stop) of shard number `shard`, `order`-th started; its
+    reading (`future`: the joined block), what it holds in the budget (`charged`: the
+    estimate while it is read, then its measured size; `raw`: the format's estimate), and
+    its place in the cushion of decoded groups (`ahead`)."""
+
+    __slots__ = (
+        "ahead",
+        "charged",
+        "checked",
+        "claimed",
+        "counted",
+        "dropped",
+        "first",
+        "future",
+        "needed",
+        "order",
+        "raw",
+        "shard",
+        "stop",
+        "stored",
+    )
+
+    def __init__(
+        self, order: int, shard: int, rows: tuple[int, int], charge: tuple[int, int], ahead: _Ahead
+    ) -> None:
+        self.order, self.shard = order, shard
+        self.first, self.stop = rows
+        self.charged, self.raw = charge
+        self.ahead = ahead
+        self.future: Future[Any] = Future()
+        self.needed = self.dropped = self.counted = self.checked = self.claimed = False
+        self.stored = 0  # bytes of the shard a read of it fetches (all columns: at most)
+
+
+class _Reading:
+    """One `parts` call's groups: scheduled, being read, held; and when to let them go."""
+
+    def __init__(self, reader: PlanReader, fs: Any, runs: list[Run]) -> None:
+        self.reader, self.fs, self.runs = reader, fs, runs
+        self.fmt, self.budget = reader.fmt, reader.budget
+        self.pool = ThreadPoolExecutor(max_workers=reader.read_threads)
+        self.schedule = self._schedule()
+        self.upcoming: tuple[Key, int, int, int, int, int] | None = None
+        self.groups: dict[Key, _Group] = {}
+        self.current: dict[tuple[int, int], int] = {}  # (run, piece) -> the group read now
+        window = max((plan.window for plan, _, _ in runs), default=1)
+        self.decoders = ThreadPoolExecutor(max_workers=decode_threads())
+        self.planner = ThreadPoolExecutor(max_workers=1)
+        self.ahead = _Ahead(window + decode_threads(), self.decoders, reader, fs)
+        self.submitted = 0  # groups started, in reading order
+        if reader.prefetch is not None:
+            self.budget = self._prefetch_budget(reader.prefetch)
+
+    def ahead_of(self, chunks: Iterator[Chunk]) -> Iterator[Chunk]:
+        """The chunks, each next one computed by the planning thread while this one is
+        read (the reading order costs ~0.3 us a record: not on the consuming thread)."""
+        coming = self.planner.submit(next, chunks, None)
+        while True:
+            chunk = coming.result()
+            if chunk is None:
+                return
+            coming = self.planner.submit(next, chunks, None)
+            yield chunk
+
+    def _prefetch_budget(self, prefetch: int) -> MemoryBudget:
+        """The deprecated `prefetch`: a budget of (1 + prefetch) times the first block's
+        working set (the first group of each of its pieces), by the estimates."""
+        first = list(itertools.islice(self.schedule, 4 * max(1, self.runs[0][0].window)))
+        self.schedule = itertools.chain(first, self.schedule)
+        seen: set[tuple[int, int]] = set()
+        working = 0
+        for (r, p, g), plan in first:
+            if (r, p) not in seen and len(seen) < plan.window:
+                seen.add((r, p))
+                start, stop = plan.group_rows(p, g)
+                working += self.reader.estimate(int(plan.shards[p]), start, stop)[0]
+        return MemoryBudget((1 + prefetch) * working)
+
+    def _schedule(self) -> Iterator[tuple[Key, Plan]]:
+        """Every group the runs read, in the order their reading first needs them."""
+        for r, (plan, a, b) in enumerate(self.runs):
+            if a >= b:
+                continue
+            before = plan.block_starts()
+            for bi in range(plan.block_at(a), plan.block_at(b - 1) + 1):
+                lo, hi = max(a, before[bi]) - before[bi], min(b, before[bi + 1]) - before[bi]
+                for p, g in plan.group_schedule(bi, int(lo), int(hi)):
+                    yield (r, p, g), plan
+
+    def pump(self, need: Key | None = None) -> None:
+        """Start reading scheduled groups while their estimates fit the budget; with `need`
+        (a group the consumer waits for), up to that one whatever the budget says. The
+        groups started in one call are all registered before any fetch begins, so a fetch
+        can take along the later groups of its shard (see `_Ahead.claim`)."""
+        started: list[_Group] = []
+        try:
+            self._start(need, started)
+        finally:
+            self.ahead.started(started)
+            for entry in started:
+                self.pool.submit(self.reader.fetch, self.fs, entry)
+
+    def _start(self, need: Key | None, started: list[_Group]) -> None:
+        while need is None or need not in self.groups:
+            if self.upcoming is None:
+                self.upcoming = self._next_scheduled()
+                if self.upcoming is None:
+                    if need is not None:
+                        raise RuntimeError(f"read group {need} is not in the reading schedule")
+                    return
+            key, shard, start, stop, charge, raw = self.upcoming
+            if not self.budget.charge(charge, force=need is not None):
+                return
+            self.submitted += 1
+            entry = _Group(self.submitted, shard, (start, stop), (charge, raw), self.ahead)
+            entry.stored = self.fmt.piece_bytes(self.reader.index.shards[shard], start, stop)
+            started.append(entry)
+            self.groups[key] = entry
+            self.upcoming = None
+
+    def _next_scheduled(self) -> tuple[Key, int, int, int, int, int] | None:
+        """(key, shard, first row, stop, charge, own estimate) of the next scheduled group:
+        estimated once, however often it waits for room in the budget."""
+        nxt = next(self.schedule, None)
+        if nxt is None:
+            return None
+        (r, p, g), plan = nxt
+        shard = int(plan.shards[p])
+        start, stop = plan.group_rows(p, g)
+        charge, raw = self.reader.estimate(shard, start, stop)
+        return (r, p, g), shard, start, stop, charge, raw
+
+    def wait(self, key: Key) -> tuple[Any, int]:
+        """(the decoded block of group `key`, its first row), reading it now if needed."""
+        if key not in self.groups:
+            self.pump(need=key)
+        entry = self.groups[key]
+        if not entry.needed:
+            self.ahead.need(entry)
+        if not entry.future.done():
+            with self.reader.stats.timer("wait_s"):
+                here, raw = self.ahead.take(entry)
+                if here:  # its bytes wait for a decoding thread: this one is idle anyway
+                    self.ahead.decode_here(entry, raw)
+                block = entry.future.result()
+        else:
+            block = entry.future.result()
+        if not entry.checked:  # in reading order: checks that depend on what came before
+            entry.checked = True
+            self.fmt.check(block, self.reader.index.shards[entry.shard])
+        return block, entry.first
+
+    def slab_end(
+        self, r: int, chunk: Chunk, lo: int, hi: int, first: int, step: int
+    ) -> tuple[int, tuple[list[tuple[int, int]], Any, Any, Any]]:
+        """(where a slab of run r starting at record `lo` of the chunk ends, its `_distinct`
+        groups): at `hi`, or at the end of an earlier part (`first` records after `lo`, then
+        every `step`) where its records would touch more than two groups a piece on average
+        (small groups are not all held at once), or a group not decoded yet: beyond the
+        first part, a slab waits for no read."""
+        found = _distinct(chunk, lo, hi)
+        keys, _, seen, _ = found
+        cut = hi - lo
+        limit = 2 * (chunk.block[1] - chunk.block[0])
+        if len(keys) > limit:
+            cut = int(np.sort(seen)[limit])  # the first record of one group too many
+        for key, at in zip(keys, seen.tolist()):
+            entry = self.groups.get((r, *key))
+            if at >= first and at < cut and (entry is None or not entry.future.done()):
+                cut = at
+        end = lo + (first if cut <= first else first + (cut - first) // step * step)
+        if end >= hi:
+            return hi, found
+        return end, _distinct(chunk, lo, end)
+
+    def gather(
+        self,
+        r: int,
+        chunk: Chunk,
+        lo: int,
+        hi: int,
+        found: tuple[list[tuple[int, int]], Any, Any, Any],
+    ) -> Any:
+        """Records [lo, hi) of the chunk, taken from the groups that hold them (`found`:
+        `_distinct` of them); then the groups the pieces have moved past are let go."""
+        keys, which, _, last = found
+        for p, g in keys:  # all needed now: their decoding need not wait for the cushion
+            entry = self.groups.get((r, p, g))
+            if entry is not None and not entry.needed:
+                self.ahead.need(entry)
+        held = [self.wait((r, p, g)) for p, g in keys]
+        firsts = np.array([first for _, first in held], dtype=np.int64)
+        rows = chunk.rows[lo:hi]
+        taken = self.fmt.gather([b for b, _ in held], which, rows - firsts[which])
+        # each piece's group at the end of the slab (read last); its earlier ones are done
+        now: dict[int, tuple[int, int]] = {}
+        for (p, g), end in zip(keys, last.tolist()):
+            if p not in now or end > now[p][1]:
+                now[p] = (g, end)
+        for p, g in keys:
+            if now[p][0] != g:
+                self.let_go((r, p, g))
+        for p, (g, _) in now.items():
+            old = self.current.get((r, p))
+            if old is not None and old != g:
+                self.let_go((r, p, old))
+            self.current[(r, p)] = g
+        self.pump()
+        return taken
+
+    def let_go(self, key: Key) -> None:
+        """Group `key` is done: cancel its reading, or release its block and refund it."""
+        entry = self.groups.pop(key, None)
+        if entry is None:
+            return
+        self.ahead.need(entry, drop=True)
+        entry.future.add_done_callback(functools.partial(self._settle, entry))
+
+    def _settle(self, entry: _Group, f: Future[Any]) -> None:
+        """(When its reading is over) release a let-go group's block and refund it."""
+        if f.exception() is None and f.result() is not None:
+            self.fmt.release(f.result())
+        self.budget.refund(entry.charged)
+
+    def let_go_block(self, r: int, block: tuple[int, int]) -> None:
+        """Let go of every group of run r's block [p0, p1) still held."""
+        p0, p1 = block
+        for key in [k for k in self.groups if k[0] == r and p0 <= k[1] < p1]:
+            self.let_go(key)
+        for p in range(p0, p1):
+            self.current.pop((r, p), None)
+        self.pump()
+
+    def close(self) -> None:
+        """Stop: cancel what is not read yet, wait for reads under way, release it all."""
+        self.ahead.halted = True
+        for key in list(self.groups):
+            self.let_go(key)
+        self.pool.shutdown(wait=True)
+        self.decoders.shutdown(wait=True)
+        self.planner.shutdown(wait=True)

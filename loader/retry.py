@@ -20,6 +20,7 @@ from dataclasses import dataclass
 from typing import Any, TypeVar
 
 from .errors import ShardError, StaleIndexError
+from .stats import current
 from .storage import Indexed, cat_ranges, denied, redact
 
 __all__ = [
@@ -168,10 +169,15 @@ _fetched = [0]  # bytes this process asked storage for (read_ranges, local Parqu
 _fetched_lock = threading.Lock()
 
 
-def count_fetched(n: int) -> None:
-    """Add n bytes to what `bytes_fetched` reports."""
+def count_fetched(n: int, requests: int = 0) -> None:
+    """Add n bytes to what `bytes_fetched` reports (and to the reading thread's stats, with
+    the number of storage requests that fetched them)."""
     with _fetched_lock:
         _fetched[0] += n
+    stats = current()
+    stats.add("bytes_fetched", n)
+    if requests:
+        stats.add("requests", requests)
 
 
 def bytes_fetched() -> int:
@@ -205,17 +211,19 @@ def read_ranges(
     parts: list[dict[int, bytes]] = [{} for _ in urls]
     failures: dict[tuple[int, int], int] = {}
     first_failure = math.inf  # time.monotonic() when a try first failed
+    stats = current()
     while todo:
-        got = cat_ranges(
-            fs,
-            [urls[i] for i, _, _ in todo],
-            [b for _, b, _ in todo],
-            [e for _, _, e in todo],
-            None if indexed is None else [indexed[i] for i, _, _ in todo],
-        )
+        with stats.timer("fetch_s"):
+            got = cat_ranges(
+                fs,
+                [urls[i] for i, _, _ in todo],
+                [b for _, b, _ in todo],
+                [e for _, _, e in todo],
+                None if indexed is None else [indexed[i] for i, _, _ in todo],
+            )
         retry = []
         last: tuple[int, int, int, BaseException] | None = None  # this round's last failure
-        count_fetched(sum(len(d) for d in got if isinstance(d, bytes)))
+        count_fetched(sum(len(d) for d in got if isinstance(d, bytes)), len(todo))
         for (i, b, e), data in zip(todo, got):
             if isinstance(data, BaseException) or not data:
                 error = data if isinstance(data, BaseException) else EOFError(f"no bytes at {b}")
@@ -235,6 +243,7 @@ def read_ranges(
                 where = f"{urls[i]}: bytes [{b}, {e})"
                 tries = failures[(i, b)]
                 raise ShardError(_gave_up(where, policy, tries, first_failure, error)) from error
+            stats.add("retries", len(retry))
             time.sleep(wait)
         todo = retry
     return [b"".join(p[k] for k in sorted(p)) for p in parts]

@@ -18,7 +18,7 @@ import numpy.typing as npt
 
 from .keyed import unit_floats
 
-__all__ = ["CHUNK", "block_order", "distinct_per_batch"]
+__all__ = ["CHUNK", "block_order", "distinct_per_batch", "record_positions"]
 
 I64Array = npt.NDArray[np.int64]
 F64Array = npt.NDArray[np.float64]
@@ -30,6 +30,12 @@ _MARGIN = 2  # candidate positions around a slice edge; covers float rounding of
 def _position(j: I64Array, m: int, key: int) -> F64Array:
     """(n,) t of records j of a piece of m records."""
     return (j + unit_floats(j, key)) / m
+
+
+def record_positions(j: I64Array, m: int, key: int) -> F64Array:
+    """(n,) where records j of a piece of m records (mixing key `key`) lie in its block's
+    reading, as a share t in [0, 1) of the block: the block is read by increasing t."""
+    return _position(j, m, key)
 
 
 def _slice_of(j: I64Array, m: int, key: int, ns: int) -> I64Array:

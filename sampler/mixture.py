@@ -38,9 +38,9 @@ from .mixture_args import (
 from .mixture_read import MixturePart, PassPiece, merge_streams, piece_records
 from .mixture_state import cursor_state, load_cursors
 from .passes import Cursor, advance, cut_lengths, recut, to_first_cut
-from .plan import Plan, span_plan
+from .plan import Groups, Plan, span_plan
 from .schedule import MAX_POSITIONS, apportion, counts_before, name_ranks, stream_ids
-from .shard_sampler import DEFAULT_WINDOW, _check_flag
+from .shard_sampler import DEFAULT_WINDOW, _check_flag, _check_groups
 from .topology import Topology
 
 __all__ = ["MixturePart", "MixtureSampler", "PassPiece", "stream_seed"]
@@ -64,7 +64,8 @@ class _Anchor:
 class MixtureSampler(Sampler[tuple[int, int]]):
     """Weighted mixture of streams of shards; yields ``(stream index, record id)``.
 
-    Stream k's record ids are its shard offset + row, as ShardSampler yields. Every rank
+    Stream k's record ids are its shard offset + row, as ShardSampler yields. `groups`:
+    per stream, its shards' read groups, as ShardSampler takes them. Every rank
     yields L = epoch_size // num_replicas records an epoch (`len()`), c_k of them from
     stream k, the same on every rank and epoch. Weights default to record counts, names to
     ``"stream{k}"``; stream seeds derive from `seed` and the names (`stream_seed`).
@@ -82,6 +83,7 @@ class MixtureSampler(Sampler[tuple[int, int]]):
         drop_last: bool = False,
         window: IntLike = DEFAULT_WINDOW,
         names: Sequence[str] | None = None,
+        groups: Sequence[Groups | None] | None = None,
     ) -> None:
         if isinstance(streams, str | bytes) or len(streams) == 0:
             raise ValueError(f"a mixture needs at least one stream, got {streams!r}")
@@ -93,6 +95,12 @@ class MixtureSampler(Sampler[tuple[int, int]]):
         self.seed = _check_flag("seed", seed, -(2**63))
         self.window = _check_flag("window", window, 1)
         self.num_records = [int(s.sum()) for s in self.sizes]
+        if groups is not None and len(groups) != len(self.sizes):
+            raise ValueError(f"groups gives {len(groups)} streams, there are {len(self.sizes)}")
+        # per stream, its shards' read groups (see sampler.plan), or None
+        self.groups = [
+            _check_groups(g, s) for g, s in zip(groups or [None] * len(self.sizes), self.sizes)
+        ]
         check_streams(self.names, self.num_records, self.num_replicas, self.drop_last)
         self.weights = check_weights(weights, self.num_records, self.names)
         total = sum(self.num_records) if epoch_size is None else epoch_size
@@ -226,6 +234,7 @@ class MixtureSampler(Sampler[tuple[int, int]]):
             epoch=pass_index,
             shuffle=self.shuffle,
             window=self.window if self.shuffle else 1,
+            groups=self.groups[k],
         )
         self._plans[key] = plan
         if len(self._plans) > _PLANS:

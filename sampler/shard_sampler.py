@@ -11,7 +11,7 @@ from torch.utils.data import Sampler
 
 from .checks import IntLike, as_int
 from .epoch import rank_length, worker_span
-from .plan import Plan, all_plans, build_plan
+from .plan import Groups, Plan, all_plans, build_plan
 from .topology import Topology
 
 __all__ = ["DEFAULT_WINDOW", "HasShardSizes", "ShardSampler"]
@@ -42,6 +42,21 @@ def _sizes_of(shards: Sequence[int] | HasShardSizes | npt.ArrayLike) -> npt.NDAr
     return sizes
 
 
+def _check_groups(groups: Groups | None, sizes: npt.NDArray[np.int64]) -> Groups | None:
+    """The groups, checked: one list per shard, positive counts summing to its size."""
+    if groups is None:
+        return None
+    if len(groups) != sizes.size:
+        raise ValueError(f"groups gives {len(groups)} shards, the sizes {sizes.size}")
+    for s, (counts, size) in enumerate(zip(groups, sizes.tolist())):
+        if sum(counts) != size or any(int(c) <= 0 for c in counts):
+            raise ValueError(
+                f"groups of shard {s} must be positive record counts summing to its {size} "
+                f"records, got {list(counts)[:8]}{'...' if len(counts) > 8 else ''}"
+            )
+    return groups
+
+
 def _check_flag(name: str, value: object, minimum: int) -> int:
     return as_int(name, value, minimum)
 
@@ -58,6 +73,12 @@ class ShardSampler(Sampler[int]):
     `window` consecutive parts are interleaved so neighbouring records come from different
     shards. With ``shuffle=False`` the order is plain storage order, without interleaving.
 
+    `groups` (optional, per shard the record counts of its groups, summing to its size)
+    tells where a reader's decode units lie (Parquet row groups): a part holding several
+    groups is then shuffled group by group (the groups in a keyed order, each group's rows
+    in a keyed permutation), so a reader holds one group of each interleaved part at a
+    time. Without it each part is one keyed permutation of all its rows.
+
     Iterating yields global record ids (shard offset + row), so the sampler also serves as
     ``sampler=`` of a map-style dataset. `plan()` gives the reading plan a loader needs.
     Planning costs O(shards): no permutation of all records is ever built.
@@ -72,8 +93,10 @@ class ShardSampler(Sampler[int]):
         seed: IntLike = 0,
         drop_last: bool = False,
         window: IntLike = DEFAULT_WINDOW,
+        groups: Groups | None = None,
     ) -> None:
         self.sizes = _sizes_of(shards)
+        self.groups = _check_groups(groups, self.sizes)
         topo = Topology.resolve(num_replicas, rank)
         self.num_replicas, self.rank = topo.world_size, topo.rank
         self.shuffle, self.drop_last = bool(shuffle), bool(drop_last)
@@ -133,6 +156,7 @@ class ShardSampler(Sampler[int]):
             "drop_last": self.drop_last,
             "num_replicas": self.num_replicas,
             "window": self.window if self.shuffle else 1,
+            "groups": self.groups,
         }
 
     def worker_lengths(self, num_workers: int = 1, align: int = 1) -> list[int]:

@@ -216,7 +216,8 @@ class Job:
             mine: list[int] = []  # this rank's ids since the last checkpoint
             ran = 0
             t0, loss = time.perf_counter(), float("nan")
-            for batch in self.loader:
+            self.ds.reset_stats()  # this epoch's: the loop's time waiting for data, below
+            for batch in self.ds.timed(self.loader):
                 loss = self.train_step(batch)
                 mine += batch["id"].tolist()
                 ran += len(batch["id"])
@@ -244,7 +245,8 @@ class Job:
             self.save()
             if self.rank == 0:
                 padded = self.world * len(self.ds.sampler)  # a single source's, padding included
-                report(epoch, records, elapsed, loss, trained, expected, self.world, padded)
+                stall = self.ds.stats()["stall_fraction"]
+                report(epoch, records, elapsed, loss, trained, expected, self.world, padded, stall)
 
 
 def planned_ids(ds: StreamingDataset, world: int, epoch: int) -> dict[str, list[list[int]]]:
@@ -288,6 +290,7 @@ def report(
     planned: dict[str, list[list[int]]],
     world: int,
     padded: int,
+    stall: float | None = None,
 ) -> None:
     """Print the epoch's throughput and per-stream records, and check that the records
     trained (all ranks, across resumes) are exactly the planned ones, each once within its
@@ -313,7 +316,8 @@ def report(
         wrong = f"NOT exactly once: {len(trained):,} seen, {padded:,} expected"
     print(
         f"epoch {epoch}: {len(trained):,} records{streams} in {elapsed:.2f}s on {world} "
-        f"ranks ({records / elapsed:,.0f} records/s), loss {loss:.3f}; "
+        f"ranks ({records / elapsed:,.0f} records/s; rank 0 waited for data "
+        f"{'n/a' if stall is None else f'{stall:.0%}'} of the time), loss {loss:.3f}; "
         f"{verdict if ok else wrong}",
         flush=True,
     )

@@ -106,7 +106,8 @@ def test_invalid_arguments_quote_the_value(
 
 def test_numpy_integer_arguments_are_taken_as_ints(tmp_path: Path) -> None:
     write_dataset(LOCAL, str(tmp_path), "parquet", sizes=[9, 0, 14, 6])
-    kw = dict(seed=3, num_replicas=2, rank=1, batch_size=4, window=2, read_threads=2, prefetch=0)
+    kw = dict(seed=3, num_replicas=2, rank=1, batch_size=4, window=2, read_threads=2)
+    kw["memory_budget"] = 1 << 20
     as_numpy = {k: np.int64(v) if k != "rank" else np.int32(v) for k, v in kw.items()}
     plain = StreamingDataset(str(tmp_path), **kw)  # type: ignore[arg-type]
     numpy = StreamingDataset(str(tmp_path), **as_numpy)  # type: ignore[arg-type]

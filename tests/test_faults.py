@@ -100,9 +100,9 @@ def test_a_failed_read_stops_the_reads_queued_behind_it(s3: Any) -> None:
     policy = RetryPolicy(max_attempts=3, base_delay=0.01, max_delay=0.05)
     with counting_proxy(s3.endpoint_url, Faults(every_get=True)) as proxy:
         opts = {"client_kwargs": {"endpoint_url": proxy.url}}
-        # one reader thread: part-00000 is read first, part-00002 (prefetched) queued
+        # one reader thread: part-00000 is read first, the next shards (read ahead) queued
         ds = StreamingDataset(
-            index, shuffle=False, storage_options=opts, retry=policy, read_threads=1, prefetch=1
+            index, shuffle=False, storage_options=opts, retry=policy, read_threads=1
         )
         error = read_in_thread(lambda: list(ds))
     assert "part-00000.parquet" in str(error)

@@ -3,7 +3,8 @@
 The ids in tests/data/golden_shard_sampler.json were produced by this module. If a change
 moves them, every job resumed across that change would read different records: bump the
 project's major version and regenerate deliberately with
-``python -m tests.test_golden --write``.
+``python -m tests.test_golden --write``. The cases with `groups` pin the group-by-group
+order the loader reads since read groups came in (the older cases did not move).
 """
 
 from __future__ import annotations
@@ -80,6 +81,33 @@ CASES = [
         "drop_last": False,
         "window": 8,
     },
+    # read groups (the loader passes Parquet row groups): pieces read group by group
+    {
+        "sizes": [120, 0, 64, 250, 99],
+        "groups": [[40, 40, 40], [], [64], [100, 100, 50], [30, 30, 39]],
+        "world": 2,
+        "rank": 0,
+        "workers": 2,
+        "worker": 1,
+        "seed": 77,
+        "epoch": 3,
+        "shuffle": True,
+        "drop_last": False,
+        "window": 3,
+    },
+    {
+        "sizes": [1000] * 6,
+        "groups": [[250] * 4] * 6,
+        "world": 1,
+        "rank": 0,
+        "workers": 1,
+        "worker": 0,
+        "seed": 0,
+        "epoch": 0,
+        "shuffle": True,
+        "drop_last": True,
+        "window": 8,
+    },
 ]
 
 
@@ -94,6 +122,7 @@ def compute() -> dict:
             case["seed"],
             case["drop_last"],
             case["window"],
+            case.get("groups"),
         )
         sampler.set_epoch(case["epoch"])
         ids = []

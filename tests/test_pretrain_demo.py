@@ -34,6 +34,8 @@ def test_default_run_two_ranks_two_epochs_of_the_mixture(tmp_path: Path) -> None
         assert streams == "(prose 12,000, code 4,000) "  # 3:1
         assert verdict == ONCE
     assert (tmp_path / "ckpt.pt").exists()
+    # each epoch says what share of the loop's time went to waiting for data
+    assert len(re.findall(r"rank 0 waited for data \d+% of the time\)", out)) == 2
 
 
 def test_stop_and_resume_gives_the_uninterrupted_run(tmp_path: Path) -> None:

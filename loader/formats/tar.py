@@ -39,6 +39,8 @@ _SCAN_BLOCK = 1 << 20  # readahead while walking the headers
 # a ranged header read: the header and what follows it, so a small member after a large
 # one (a .cls after a .jpg) and the next header usually come with it in one request
 _PEEK = 8 << 10
+GROUP_BYTES = 1 << 20  # a read group: consecutive records holding at least this many bytes
+_SAMPLE_OVERHEAD = 256  # bytes a sample dict and its key take beyond its members' data
 _BLOCK = tarfile.BLOCKSIZE  # 512: a header; two zero blocks end an archive
 
 
@@ -368,7 +370,7 @@ class TarFormat:
         decode: Callable[[dict[str, Any]], dict[str, Any]] | None = None,
         retry: RetryPolicy | None = None,
     ):
-        self.decode = decode
+        self.decode_sample = decode
         self.retry = retry or RetryPolicy()
         self._tensors: dict[str, bool] = {}  # batch fields: tensor or list, once decided
 
@@ -416,20 +418,43 @@ class TarFormat:
         """Records [start, stop) as webdataset sample dicts, from one range read spanning
         their members (the headers between them come along; they are small). `__url__` is
         the shard's URL as the source named it."""
+        return self.decode(fs, self.fetch(fs, shard, start, stop, columns))
+
+    def fetch(
+        self, fs: Any, shard: Shard, start: int, stop: int, columns: Sequence[str] | None
+    ) -> tuple[Shard, int, int, Sequence[str] | None, int, bytes]:
+        """The storage part of `read`: the bytes spanning the records' members."""
         shard = complete(self, fs, shard)  # a shard only counted so far: its headers now
-        url, details = shard.url, shard.details
-        recs = details["members"][start:stop]
+        recs = shard.details["members"][start:stop]
         lo = recs[0][0][1]
         hi = max(off + size for _, off, size in recs[-1])
-        data = self._span(fs, shard, lo, hi)
+        return shard, start, stop, columns, lo, self._span(fs, shard, lo, hi)
+
+    def fetch_many(
+        self,
+        fs: Any,
+        shard: Shard,
+        rows: Sequence[tuple[int, int]],
+        columns: Sequence[str] | None,
+    ) -> list[tuple[Shard, int, int, Sequence[str] | None, int, bytes]]:
+        """`fetch` of several record ranges of one shard (one range read each)."""
+        return [self.fetch(fs, shard, a, b, columns) for a, b in rows]
+
+    def decode(
+        self, fs: Any, got: tuple[Shard, int, int, Sequence[str] | None, int, bytes]
+    ) -> list[dict[str, Any]]:
+        """The samples from what `fetch` got (webdataset's decoders applied, if any)."""
+        shard, start, stop, columns, lo, data = got
         keep = None if columns is None else set(columns)
         out = []
-        for key, members in zip(details["keys"][start:stop], recs):
-            sample: dict[str, Any] = {"__key__": key, "__url__": url}
+        for key, members in zip(
+            shard.details["keys"][start:stop], shard.details["members"][start:stop]
+        ):
+            sample: dict[str, Any] = {"__key__": key, "__url__": shard.url}
             for ext, off, size in members:
                 if keep is None or ext in keep:
                     sample[ext] = data[off - lo : off - lo + size]
-            out.append(self.decode(sample) if self.decode else sample)
+            out.append(self.decode_sample(sample) if self.decode_sample else sample)
         return out
 
     def piece_bytes(self, shard: Shard, start: int, stop: int) -> int:
@@ -445,14 +470,68 @@ class TarFormat:
         recs = shard.details["members"][start:stop]
         return int(max(o + n for _, o, n in recs[-1]) - recs[0][0][1]) if recs else 0
 
+    def groups(self, shard: Shard) -> list[int]:
+        """Records of each read group: consecutive records holding GROUP_BYTES of member
+        data (one range read each). A compressed shard is one group: gzip has no random
+        access, so every group would decompress the shard from its start; a deferred shard
+        (a count from a manifest, no member offsets yet) is one too."""
+        n = shard.num_records
+        if shard.details.get("compression") is not None or n == 0 or is_deferred(shard):
+            return [n] if n else []
+        out: list[int] = []
+        rows = size = 0
+        for members in shard.details["members"]:
+            rows += 1
+            size += sum(m[2] for m in members)
+            if size >= GROUP_BYTES:
+                out.append(rows)
+                rows = size = 0
+        if rows:
+            out.append(rows)
+        return out
+
+    def estimate(self, shard: Shard, start: int, stop: int, columns: Sequence[str] | None) -> int:
+        """Bytes the samples of records [start, stop) hold: their members' data (the asked
+        extensions) plus a sample dict each."""
+        if is_deferred(shard):
+            return estimated_bytes(shard, start, stop) + _SAMPLE_OVERHEAD * (stop - start)
+        keep = None if columns is None else set(columns)
+        data = sum(
+            m[2]
+            for members in shard.details["members"][start:stop]
+            for m in members
+            if keep is None or m[0] in keep
+        )
+        return int(data + _SAMPLE_OVERHEAD * (stop - start))
+
+    def reserve(self, nbytes: int) -> None:
+        pass  # samples are Python objects: nothing to set aside
+
+    def check(self, joined: list[Any], shard: Shard) -> None:
+        pass  # nothing depends on reading order
+
     def join(self, parts: Sequence[list[Any]]) -> list[Any]:
         return [x for part in parts for x in part]
 
     def release(self, joined: list[Any]) -> None:
         pass  # the samples are handed out themselves; nothing to reuse
 
+    def nbytes(self, joined: list[Any]) -> int:
+        """Bytes the samples hold: their bytes values, and a sample dict each."""
+        return sum(
+            _SAMPLE_OVERHEAD + sum(len(v) for v in x.values() if isinstance(v, bytes))
+            for x in joined
+        )
+
     def take(self, joined: list[Any], indices: Any) -> list[Any]:
         return [joined[i] for i in indices.tolist()]
+
+    def gather(self, joined: Sequence[list[Any]], which: Any, rows: Any) -> list[Any]:
+        """Sample rows[k] of joined[which[k]], for each k in order."""
+        return [joined[w][r] for w, r in zip(np.asarray(which).tolist(), np.asarray(rows).tolist())]
+
+    def cut(self, taken: list[Any], lo: int, hi: int) -> list[Any]:
+        return taken[lo:hi]
 
     def records(self, taken: list[Any]) -> list[Any]:
         return taken
