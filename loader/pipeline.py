@@ -46,7 +46,14 @@ from .retry import RetryPolicy
 from .stats import Stats, active, fetch_seconds
 from .storage import filesystem
 
-__all__ = ["DEFAULT_MEMORY_BUDGET", "SLAB", "MemoryBudget", "PlanReader", "Run"]
+__all__ = [
+    "DEFAULT_MEMORY_BUDGET",
+    "SLAB",
+    "MemoryBudget",
+    "PlanReader",
+    "Run",
+    "decode_threads",
+]
 
 Run = tuple[Plan, int, int]  # records [start, stop) of a plan, in its reading order
 Key = tuple[int, int, int]  # (run, piece, group): one read group of one run
@@ -131,7 +138,10 @@ class PlanReader:
     mixture's streams; default DEFAULT_MEMORY_BUDGET); cores - 1 threads decode them, a
     few ahead of need. `prefetch` (deprecated, for one release): instead of a budget,
     read ahead `prefetch` more sets of the first block's groups, as the old reader read
-    `prefetch` more blocks. Counters go to `stats` (see loader.stats).
+    `prefetch` more blocks. Counters go to `stats` (see loader.stats). `decoders`: a
+    decoding pool shared with other readers (a mixture's streams: their decoding then takes
+    the cores a single reader's would, not that many times over; its owner shuts it down);
+    by default each `parts` call starts its own.
     """
 
     def __init__(
@@ -146,6 +156,7 @@ class PlanReader:
         prefetch: int | None = None,
         memory_budget: int | MemoryBudget | None = None,
         stats: Stats | None = None,
+        decoders: ThreadPoolExecutor | None = None,
     ) -> None:
         self.index = index
         self.fmt = fmt
@@ -156,6 +167,7 @@ class PlanReader:
         self.prefetch = prefetch
         self.budget = budget_of(memory_budget)
         self.stats = stats if stats is not None else Stats()
+        self.decoders = decoders
         self._lock = threading.Lock()
         self._measured = [0, 0]  # bytes decoded groups held, and what was estimated for them
 
@@ -469,7 +481,8 @@ class _Reading:
         self.groups: dict[Key, _Group] = {}
         self.current: dict[tuple[int, int], int] = {}  # (run, piece) -> the group read now
         window = max((plan.window for plan, _, _ in runs), default=1)
-        self.decoders = ThreadPoolExecutor(max_workers=decode_threads())
+        self.shared = reader.decoders is not None
+        self.decoders = reader.decoders or ThreadPoolExecutor(max_workers=decode_threads())
         self.planner = ThreadPoolExecutor(max_workers=1)
         self.ahead = _Ahead(window + decode_threads(), self.decoders, reader, fs)
         self.submitted = 0  # groups started, in reading order
@@ -662,5 +675,6 @@ class _Reading:
         for key in list(self.groups):
             self.let_go(key)
         self.pool.shutdown(wait=True)
-        self.decoders.shutdown(wait=True)
+        if not self.shared:
+            self.decoders.shutdown(wait=True)
         self.planner.shutdown(wait=True)

@@ -16,7 +16,9 @@ measurement in its own process (so peak RSS is its own) --rounds times and repor
           moto S3 server;
   ours    StreamingDataset in batch and record mode, 0 and 2 DataLoader workers, local and
           (--s3) over S3 (also as rank 0 of 4), Parquet and tar; --budgets repeats the local
-          batch run with other memory budgets (MiB);
+          batch run with other memory budgets (MiB); a mixture of the same shards as 3
+          weighted streams (10, 5 and 1 shards at 0.70, 0.28, 0.02; the same total records),
+          compared with the single source's batch run;
   peers   (--peers, where installed: pip install 'shardstream[bench]') webdataset's
           WebDataset on the tar shards, Hugging Face datasets streaming the Parquet shards
           with split_dataset_by_node, torch's DistributedSampler over a map-style Parquet
@@ -184,6 +186,32 @@ def ours(
     else:
         for records in DataLoader(ds, batch_size=BATCH, num_workers=workers, collate_fn=list):
             yield len(records)
+    _report_stats(ds)
+
+
+# the mixture row: the bench's shards as 3 streams (10, 5 and 1 shards), weighted so that
+# the first crosses into its second pass within the epoch and the last gives only 2% of the
+# records (a few per worker): the same total records as the single source
+MIX = (("a", range(0, 10), 0.70), ("b", range(10, 15), 0.28), ("c", range(15, 16), 0.02))
+
+
+def ours_mixture(data: Path, workers: int) -> Iterator[int]:
+    """Our batch mode over MIX, `workers` DataLoader workers (0: iterated directly)."""
+    from torch.utils.data import DataLoader
+
+    from loader import Stream, StreamingDataset
+
+    files = sorted((data / "parquet").glob("*.parquet"))
+    streams = [Stream([str(files[k]) for k in ks], weight=w, name=n) for n, ks, w in MIX]
+    records = sum(pq.read_metadata(f).num_rows for f in files)
+    ds = StreamingDataset(streams, epoch_size=records, columns=COLUMNS, batch_size=BATCH)
+    items: Any = (
+        DataLoader(ds, batch_size=None, num_workers=workers, collate_fn=_identity)
+        if workers
+        else ds
+    )
+    for item in items:
+        yield len(item["id"])
     _report_stats(ds)
 
 
@@ -356,6 +384,16 @@ RUNS: dict[str, tuple[str, str, Callable[[Path, str | None], Iterator[int]]]] = 
         "torch DataLoader IPC w2",
         "ours",
         lambda d, e, o: ours(str(d / "parquet"), True, 2, None),
+    ),
+    "ours mixture batch local w0, 3 streams": (
+        "ours batch local w0",
+        "ours",
+        lambda d, e, o: ours_mixture(d, 0),
+    ),
+    "ours mixture batch local w2, 3 streams": (
+        "ours batch local w2",
+        "ours",
+        lambda d, e, o: ours_mixture(d, 2),
     ),
     "ours record local w0": (
         "raw pyarrow to_pylist",
@@ -587,10 +625,15 @@ def summarize(
     is_bytes = name == "raw s3fs read"
     # bytes our loader fetched in the measuring process (index included) against the
     # run's share of the shard bytes; runs with DataLoader workers fetch in the workers
-    share = nbytes[kind] / (4 if "of 4" in name else 1)
-    fetched = best.get("fetched", 0) if name.startswith("ours") and " w0" in name else 0
     count = records if name.startswith("raw ranged GETs") else best["count"]
+    # the shard bytes of the records the run yielded (all of them; 1/4 for rank 0 of 4; a
+    # mixture's records come from the same shards, at the same bytes a record)
+    share = nbytes[kind] * (count / records if name.startswith("ours") else 1)
     stats = best.get("stats") or {}
+    fetched = 0
+    if name.startswith("ours"):  # this process's reads (index included), and its workers'
+        workers = stats.get("bytes_fetched", 0) if " w0" not in name else 0
+        fetched = best.get("fetched", 0) + workers
     return {
         "run": name,
         "group": RUNS[name][1],
@@ -808,9 +851,8 @@ def report(rows: list[dict[str, Any]], nbytes: dict[str, int], args: argparse.Na
         "first%: time to the first item / the run's time. RSS: peak MB; +RSS: over the "
         "process's size after imports; held: the most MiB our reader held (decoded groups "
         "and reads under way, counted by the loader). stall: the loop's share of time "
-        "waiting for data (0 workers). fetch: bytes our loader read (index included) / its "
-        "share of the Parquet bytes (1/4 for rank 0 of 4); '-' where DataLoader workers did "
-        "the reading."
+        "waiting for data (0 workers). fetch: bytes our loader read (index included, "
+        "DataLoader workers' reads too) / the Parquet bytes of the records it yielded."
     )
 
 
