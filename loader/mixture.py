@@ -360,45 +360,35 @@ class MixtureDataset(StreamingDataset):
         """The segments' positions in order, as batches of at most `step` positions ending
         at multiples of `step` from the start (record mode: lists of records). The readers'
         shared `decoders` are shut down when this ends."""
+        done = 0
         try:
-            yield from self._segments(segments, root, epoch, readers, step)
+            for rank, worker, a, b in segments:
+                planner = self._sampler_for(root.num_replicas, rank, epoch)
+                lo, _ = planner.worker_range(worker, max(1, root.num_workers), root.item)
+                part = planner.part(lo + a, lo + b)
+                ids = Taker(planner.stream_ids(lo + a, lo + b))
+                streams = [
+                    _StreamRows(
+                        reader.parts([(p.plan, p.start, p.stop) for p in part.pieces[k]], step),
+                        reader.fmt,
+                        k,
+                        self.names[k],
+                        self.batch_size is not None,
+                    )
+                    for k, reader in enumerate(readers)
+                ]
+                try:
+                    _start_all(streams)
+                    left = b - a
+                    while left > 0:
+                        n = min(left, step - done % step)
+                        yield _merge(ids.take(n), streams, self.batch_size is not None, self.pad)
+                        done, left = done + n, left - n
+                finally:
+                    for s in streams:
+                        s.close()
         finally:
             decoders.shutdown(wait=True)
-
-    def _segments(
-        self,
-        segments: list[Segment],
-        root: Layout,
-        epoch: int,
-        readers: list[PlanReader],
-        step: int,
-    ) -> Iterator[Any]:
-        done = 0
-        for rank, worker, a, b in segments:
-            planner = self._sampler_for(root.num_replicas, rank, epoch)
-            lo, _ = planner.worker_range(worker, max(1, root.num_workers), root.item)
-            part = planner.part(lo + a, lo + b)
-            ids = Taker(planner.stream_ids(lo + a, lo + b))
-            streams = [
-                _StreamRows(
-                    reader.parts([(p.plan, p.start, p.stop) for p in part.pieces[k]], step),
-                    reader.fmt,
-                    k,
-                    self.names[k],
-                    self.batch_size is not None,
-                )
-                for k, reader in enumerate(readers)
-            ]
-            try:
-                _start_all(streams)
-                left = b - a
-                while left > 0:
-                    n = min(left, step - done % step)
-                    yield _merge(ids.take(n), streams, self.batch_size is not None, self.pad)
-                    done, left = done + n, left - n
-            finally:
-                for s in streams:
-                    s.close()
 
 
 def _kind_text(kind: Kind) -> str:

@@ -345,3 +345,25 @@ def test_streams_are_read_concurrently(root: Path) -> None:
     first = next(iter(ds))
     assert set(first["__stream__"].tolist()) == {0, 1, 2}
     assert list(itertools.islice(ds, 2))  # and iteration goes on from a fresh start
+
+
+def test_streams_share_one_decoding_pool(root: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """The streams' groups are decoded by one pool of decode_threads() threads (and the
+    consumer, which decodes a group itself when it would only wait for it): a pool per
+    stream would run 3 x decode_threads() decoding threads, more than the cores."""
+    import threading
+
+    from loader import pipeline
+
+    threads: set[int] = set()
+    decode = pipeline.PlanReader.decode
+
+    def counted(self: Any, fs: Any, entry: Any, raw: Any) -> Any:
+        threads.add(threading.get_ident())
+        return decode(self, fs, entry, raw)
+
+    monkeypatch.setattr(pipeline.PlanReader, "decode", counted)
+    ds = mix(root, batch_size=4, epoch_size=120)
+    got = ids_of(list(ds))
+    assert len(got) == 120
+    assert threads and len(threads) <= pipeline.decode_threads() + 1
