@@ -122,27 +122,23 @@ def tensor_view(arr: pa.Array, shape: tuple[int, ...], levels: int) -> np.ndarra
     return np.asarray(flat).reshape(len(arr), *shape)
 
 
-def check_part(
-    table: pa.Table, kinds: Mapping[str, Kind], url: str, lengths: dict[str, int]
-) -> pa.Table:
+def check_part(table: pa.Table, kinds: Mapping[str, Kind], url: str) -> pa.Table:
     """One shard's rows, made to fit their columns' kinds: nulls filled (NaN for floats,
-    `fill`), unsigned numbers widened, plain list lengths checked against `lengths` (the
-    length each column had in the first part this process read; filled in here). Raises
-    ShardError naming the column, the shard and the values that do not fit."""
+    `fill`), unsigned numbers widened. Raises ShardError naming the column, the shard and
+    the values that do not fit. Plain list lengths are not checked here: a reader checks
+    them in reading order (`check_length`), once per group."""
     for i, name in enumerate(table.column_names):
         kind = kinds.get(name)
         if kind is None or not kind.tensor:
             continue
         col = table.column(i)
-        fixed = _fix(col, kind, name, url, lengths)
+        fixed = _fix(col, kind, name, url)
         if fixed is not col:
             table = table.set_column(i, table.field(i).with_type(fixed.type), fixed)
     return table
 
 
-def _fix(
-    col: pa.ChunkedArray, kind: Kind, name: str, url: str, lengths: dict[str, int]
-) -> pa.ChunkedArray:
+def _fix(col: pa.ChunkedArray, kind: Kind, name: str, url: str) -> pa.ChunkedArray:
     if isinstance(col.type, pa.BaseExtensionType):
         col = pa.chunked_array([c.storage for c in col.chunks], type=col.type.storage_type)
     if kind.levels and col.null_count:
@@ -157,8 +153,6 @@ def _fix(
                 )
             )
         col = pc.fill_null(col, pa.scalar([], type=col.type))
-    if kind.ragged:
-        _check_lengths(col, kind, name, url, lengths)
     values = col
     for _ in range(kind.levels):
         values = pc.list_flatten(values)
@@ -203,15 +197,6 @@ def _rebuild(col: pa.ChunkedArray, values: pa.ChunkedArray, kind: Kind) -> pa.Ch
     for size in reversed(sizes):
         flat = pa.FixedSizeListArray.from_arrays(flat, size)
     return pa.chunked_array([flat])
-
-
-def _check_lengths(
-    col: pa.ChunkedArray, kind: Kind, name: str, url: str, lengths: dict[str, int]
-) -> None:
-    if kind.pad is not None or len(col) == 0:
-        return
-    lo, hi = (x.as_py() for x in pc.min_max(pc.list_value_length(col)).values())
-    check_length(name, url, lo, hi, lengths)
 
 
 def check_length(name: str, url: str, lo: int, hi: int, lengths: dict[str, int]) -> None:

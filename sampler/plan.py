@@ -306,7 +306,9 @@ def build_plan(
     line = epoch_line(sizes, seed, epoch, shuffle)
     length = rank_length(line.num_records, num_replicas, drop_last)
     lo, hi = worker_span(rank, length, worker, num_workers, align)
-    return _plan_on(line, lo, hi, seed, epoch, shuffle, window, groups)
+    return span_plan(
+        line, lo, hi, seed=seed, epoch=epoch, shuffle=shuffle, window=window, groups=groups
+    )
 
 
 def all_plans(
@@ -328,7 +330,28 @@ def all_plans(
     for rank in range(num_replicas):
         for worker in range(num_workers):
             lo, hi = worker_span(rank, length, worker, num_workers)
-            yield rank, worker, _plan_on(line, lo, hi, seed, epoch, shuffle, window, groups)
+            yield (
+                rank,
+                worker,
+                span_plan(
+                    line,
+                    lo,
+                    hi,
+                    seed=seed,
+                    epoch=epoch,
+                    shuffle=shuffle,
+                    window=window,
+                    groups=groups,
+                ),
+            )
+
+
+def piece_cuts(groups: Sequence[int], start: int, stop: int) -> I64Array:
+    """(G+1,) the rows where the groups of rows [start, stop) of a shard begin, then `stop`:
+    the shard's group bounds (`groups`: records of each group) clipped to the range."""
+    bounds = np.cumsum(np.asarray(groups, dtype=np.int64))
+    inner = bounds[(bounds > start) & (bounds < stop)]
+    return np.concatenate(([start], inner, [stop])).astype(np.int64)
 
 
 def span_plan(
@@ -344,27 +367,6 @@ def span_plan(
 ) -> Plan:
     """The plan reading line positions [lo, hi) of an epoch line computed once for many
     spans: O(log shards + pieces) per span, the same plan `build_plan` gives for that span."""
-    return _plan_on(line, lo, hi, seed, epoch, shuffle, window, groups)
-
-
-def piece_cuts(groups: Sequence[int], start: int, stop: int) -> I64Array:
-    """(G+1,) the rows where the groups of rows [start, stop) of a shard begin, then `stop`:
-    the shard's group bounds (`groups`: records of each group) clipped to the range."""
-    bounds = np.cumsum(np.asarray(groups, dtype=np.int64))
-    inner = bounds[(bounds > start) & (bounds < stop)]
-    return np.concatenate(([start], inner, [stop])).astype(np.int64)
-
-
-def _plan_on(
-    line: EpochLine,
-    lo: int,
-    hi: int,
-    seed: int,
-    epoch: int,
-    shuffle: bool,
-    window: int,
-    groups: Groups | None = None,
-) -> Plan:
     shards, starts, stops = span_pieces(line, lo, hi)
     keys = derive_keys(derive_key(seed, epoch, TAG_ROWS), shards, starts) if shuffle else None
     cuts = None

@@ -56,26 +56,23 @@ def plot(doc: dict[str, Any], path: str, line: tuple[np.ndarray, int] | None) ->
         _passes(axes.pop(0), doc)
     elif line is not None:
         _epoch_line(axes.pop(0), *line, doc["world_size"])
-    records_ax = axes.pop(0)
-    if mixture:
-        _stacked(records_ax, ranks, [r["records_per_stream"] for r in rows], doc)
-        records_ax.set(title="records per rank and epoch, by stream")
-    else:
-        records_ax.bar(ranks, [r["records"] for r in rows], color="tab:blue")
-        records_ax.set(title="records per rank and epoch")
-    records_ax.set(xlabel="rank", ylabel="records")
-    records_ax.xaxis.set_major_locator(MaxNLocator(integer=True))
+    panels_per_rank = [("records", "records per rank and epoch", "tab:blue")]
     if has_bytes:
-        bytes_ax = axes.pop(0)
+        panels_per_rank.append(("bytes", "bytes to read per rank", "tab:orange"))
+    for key, title, color in panels_per_rank:
+        ax = axes.pop(0)
         if mixture:
-            _stacked(bytes_ax, ranks, [r["bytes_per_stream"] for r in rows], doc)
-            bytes_ax.set(title="bytes to read per rank, by stream")
+            _stacked(ax, ranks, [r[f"{key}_per_stream"] for r in rows], doc)
+            ax.set(title=f"{title}, by stream")
         else:
-            bytes_ax.bar(ranks, [r["bytes"] for r in rows], color="tab:orange")
-            bytes_ax.set(title="bytes to read per rank")
-        bytes_ax.set(xlabel="rank")
-        bytes_ax.xaxis.set_major_locator(MaxNLocator(integer=True))
-        bytes_ax.yaxis.set_major_formatter(FuncFormatter(human_bytes))
+            ax.bar(ranks, [r[key] for r in rows], color=color)
+            ax.set(title=title)
+        ax.set(xlabel="rank")
+        ax.xaxis.set_major_locator(MaxNLocator(integer=True))
+        if key == "bytes":
+            ax.yaxis.set_major_formatter(FuncFormatter(human_bytes))
+        else:
+            ax.set(ylabel="records")
     fig.tight_layout()
     fig.savefig(path, dpi=100)
     plt.close(fig)

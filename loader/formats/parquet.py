@@ -554,10 +554,10 @@ class ParquetFormat:
                 table = table.append_column(self.schema.field(name), arr)
             table = table.select(names)
         if self.kinds is not None:
-            # lengths are checked within this part here (in a reader thread), and across
-            # parts in reading order by `check` (whichever thread finished first must not
-            # decide a column's length)
-            table = check_part(table, self.kinds, shard.url, {})
+            # plain list lengths are checked by `check`, in reading order (whichever thread
+            # finished first must not decide a column's length), from the lengths `join`
+            # measures
+            table = check_part(table, self.kinds, shard.url)
         return table
 
     def piece_bytes(self, shard: Shard, start: int, stop: int) -> int:
