@@ -11,6 +11,8 @@ import pyarrow as pa
 import pyarrow.compute as pc
 import torch
 
+from .arrow_numpy import numpy_of
+
 __all__ = ["column_to_batch", "numpy_view", "regroup"]
 
 
@@ -26,7 +28,7 @@ def numpy_view(arr: pa.Array) -> np.ndarray | None:
     if arr.null_count:
         return None
     if _is_numeric(t):
-        return np.asarray(arr.to_numpy(zero_copy_only=not pa.types.is_boolean(t)))
+        return numpy_of(arr)
     listy = pa.types.is_list(t) or pa.types.is_large_list(t) or pa.types.is_fixed_size_list(t)
     if listy and _is_numeric(t.value_type) and len(arr):
         lo, hi = pc.min_max(pc.list_value_length(arr)).values()

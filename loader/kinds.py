@@ -27,6 +27,7 @@ import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
 
+from .arrow_numpy import numpy_of
 from .errors import ShardError
 from .storage import redact
 
@@ -118,8 +119,7 @@ def tensor_view(arr: pa.Array, shape: tuple[int, ...], levels: int) -> np.ndarra
     values = arr.storage if isinstance(arr, pa.ExtensionArray) else arr
     for _ in range(levels):
         values = values.flatten()  # respects offsets and slicing
-    flat = values.to_numpy(zero_copy_only=not pa.types.is_boolean(values.type))
-    return np.asarray(flat).reshape(len(arr), *shape)
+    return numpy_of(values).reshape(len(arr), *shape)
 
 
 def check_part(table: pa.Table, kinds: Mapping[str, Kind], url: str) -> pa.Table:

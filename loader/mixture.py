@@ -38,12 +38,13 @@ from sampler.mixture_read import Taker
 from sampler.mixture_state import cursor_state
 from sampler.resume import Segment, cut_segments
 
+from .arrow_numpy import indices
 from .batching import regroup
 from .dataset import RECORD_STEP, StreamingDataset, _shared_index
 from .decode import DecodeSpec
 from .formats import Format
 from .kinds import Kind, kinds_of
-from .pipeline import MemoryBudget, PlanReader, decode_threads
+from .pipeline import MemoryBudget, PlanReader, decoding_pool
 from .retry import RetryPolicy
 from .state import Layout, check_state
 from .streams import STREAM, Stream, is_mixture
@@ -322,7 +323,7 @@ class MixtureDataset(StreamingDataset):
         budget = MemoryBudget(self.memory_budget // max(1, workers))
         # and one decoding pool: the streams' groups are decoded on the cores one stream
         # would use (a pool each ran 3 decoding threads on 2 cores; measured slower)
-        decoders = ThreadPoolExecutor(max_workers=decode_threads())
+        decoders = decoding_pool()
         readers = [
             PlanReader(
                 idx,
@@ -378,7 +379,7 @@ class MixtureDataset(StreamingDataset):
                     for k, reader in enumerate(readers)
                 ]
                 try:
-                    _start_all(streams)
+                    _start_all(streams, concurrent=not all(r.local for r in readers))
                     left = b - a
                     while left > 0:
                         n = min(left, step - done % step)
@@ -464,11 +465,14 @@ def _slice(part: Any, at: int, n: int) -> Any:
     }
 
 
-def _start_all(streams: list[_StreamRows]) -> None:
-    """Start every stream's reads at once: the first part of each is read concurrently,
-    so no stream's first block waits for another's."""
-    if len(streams) == 1:
-        streams[0].start()
+def _start_all(streams: list[_StreamRows], concurrent: bool) -> None:
+    """Start every stream's reads at once: the first part of each is read concurrently
+    (`concurrent`: some stream is remote), so no stream's first block waits for another's
+    round trips. Local streams start one after the other: their first groups cost CPU,
+    not waiting, and threads would only take the GIL from each other."""
+    if len(streams) == 1 or not concurrent:
+        for s in streams:
+            s.start()
         return
     with ThreadPoolExecutor(max_workers=len(streams)) as pool:
         for f in [pool.submit(s.start) for s in streams]:
@@ -504,7 +508,7 @@ def _gather(parts: list[Any], where: np.ndarray, pad: Any) -> Any:
     """Rows `where` of the parts laid end to end: numpy arrays (2-D rows of a padded
     column padded to the widest first) or Arrow arrays."""
     if not isinstance(parts[0], np.ndarray):
-        return pa.concat_arrays(parts).take(pa.array(where))
+        return pa.concat_arrays(parts).take(indices(where))
     if pad is not None and parts[0].ndim == 2 and len({p.shape[1] for p in parts}) > 1:
         width = max(p.shape[1] for p in parts)
         parts = [np.pad(p, ((0, 0), (0, width - p.shape[1])), constant_values=pad) for p in parts]

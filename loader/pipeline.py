@@ -37,6 +37,7 @@ from typing import Any
 
 import numpy as np
 from fsspec.implementations.local import LocalFileSystem
+from torch.utils.data import get_worker_info
 
 from sampler.plan import Chunk, Plan
 
@@ -53,6 +54,7 @@ __all__ = [
     "PlanReader",
     "Run",
     "decode_threads",
+    "decoding_pool",
 ]
 
 Run = tuple[Plan, int, int]  # records [start, stop) of a plan, in its reading order
@@ -107,15 +109,29 @@ class MemoryBudget:
 
 
 def decode_threads() -> int:
-    """Groups decoded at once: the cores this process may use but one, which the consuming
-    thread (gathering batches, and the training loop) needs. On 2 cores, 1: measured no
-    slower than 2, and 20-30 MB less peak RSS (each decoding thread keeps its own heap of
-    Arrow memory and buffers)."""
+    """Threads that decode groups ahead of need, beside the consuming thread, which decodes
+    a group itself when it needs it and no thread has: the cores this process may use but
+    two (the consumer's, and one for the training loop); none inside a DataLoader worker
+    (a worker is one process a core).
+
+    Why so few: Python 3.11 has one GIL, and a decoding thread takes it back after every
+    pyarrow call, each time the consumer holds it. Measured on 2 cores (16 shards x 8,192
+    rows, `scripts/bench.py`): with one decoding thread the reader spent 2.9 us of CPU a
+    record, decoding in the consumer 2.3 us, and read faster too (pyarrow releases the GIL
+    while it decodes a group, so nothing else waits)."""
+    if get_worker_info() is not None:
+        return 0
     try:
         cores = len(os.sched_getaffinity(0))
     except AttributeError:  # not Linux
         cores = os.cpu_count() or 1
-    return max(1, cores - 1)
+    return max(0, cores - 2)
+
+
+def decoding_pool() -> ThreadPoolExecutor:
+    """A pool for `decode_threads()` decoding threads (at least one thread object: an
+    executor needs one, and with no decoding threads nothing is submitted to it)."""
+    return ThreadPoolExecutor(max_workers=max(1, decode_threads()), thread_name_prefix="decode")
 
 
 def budget_of(memory_budget: int | MemoryBudget | None) -> MemoryBudget:
@@ -207,6 +223,13 @@ class PlanReader:
                     reading.let_go_block(r, block)
         finally:
             reading.close()
+
+    @property
+    def local(self) -> bool:
+        """Whether the shards are local files (no fetching ahead pays: see `_Reading`)."""
+        if not self.index.shards:
+            return True
+        return isinstance(filesystem(self.index.shards[0].url, self._options())[0], LocalFileSystem)
 
     def _options(self) -> dict[str, Any]:
         """The storage options, with room for `read_threads` S3 connections unless the
@@ -320,7 +343,7 @@ class _Ahead:
         self.unfetched: dict[int, list[_Group]] = {}  # shard -> groups started, not fetched
         self.merge = not isinstance(fs, LocalFileSystem)  # fetch a shard's groups together
         self.halted = False  # set when a fetch fails or reading stops: no new fetch starts
-        self._lock = threading.Lock()
+        self._lock = threading.Condition()  # notified when fetched bytes arrive
 
     def started(self, entries: list[_Group]) -> None:
         """These groups' fetches are about to be queued (in reading order)."""
@@ -357,8 +380,9 @@ class _Ahead:
         with self._lock:
             dropped = entry.dropped
             if not dropped:
-                bisect.insort(self.waiting, (entry.order, entry, raw), key=lambda w: w[0])
+                bisect.insort(self.waiting, (entry.order, entry, raw), key=_first)
                 self._dispatch()
+                self._lock.notify_all()
         if dropped:
             _finish(entry, None)
 
@@ -384,6 +408,8 @@ class _Ahead:
     def _dispatch(self) -> None:
         """(Holding the lock) hand to the decoding threads the waiting groups the consumer
         needs, and the next ones in reading order while the cushion has room."""
+        if not self.threads:  # the consumer decodes each group itself (`take`)
+            return
         keep = []
         for needed in (True, False):  # the groups needed now first
             for item in self.waiting:
@@ -395,18 +421,23 @@ class _Ahead:
                     self.decoders.submit(self._decode, item[1], item[2])
                 else:
                     keep.append(item)
-        keep.sort(key=lambda w: w[0])
+        keep.sort(key=_first)
         self.waiting = keep
 
     def take(self, entry: _Group) -> tuple[bool, Any]:
         """(True, its fetched bytes) if `entry` waits here for a decoding thread: the
-        consumer, waiting for it anyway, decodes it itself (`decode_here`)."""
+        consumer, waiting for it anyway, decodes it itself (`decode_here`). With no
+        decoding threads, waits for the bytes to arrive (False once its reading is over
+        without them: a failed fetch, or the group let go)."""
         with self._lock:
-            for i, item in enumerate(self.waiting):
-                if item[1] is entry:
-                    self.running += 1
-                    return True, self.waiting.pop(i)[2]
-        return False, None
+            while True:
+                for i, item in enumerate(self.waiting):
+                    if item[1] is entry:
+                        self.running += 1
+                        return True, self.waiting.pop(i)[2]
+                if self.threads or entry.future.done():
+                    return False, None
+                self._lock.wait(0.05)  # notified by `fetched`; the timeout covers failures
 
     def decode_here(self, entry: _Group, raw: Any) -> None:
         self._decode(entry, raw)
@@ -424,6 +455,10 @@ class _Ahead:
                 self.count += 1
             self._dispatch()
         _finish(entry, block, error)
+
+
+def _first(item: tuple[int, _Group, Any]) -> int:
+    return item[0]
 
 
 def _finish(entry: _Group, block: Any, error: BaseException | None = None) -> None:
@@ -482,16 +517,24 @@ class _Reading:
         self.current: dict[tuple[int, int], int] = {}  # (run, piece) -> the group read now
         window = max((plan.window for plan, _, _ in runs), default=1)
         self.shared = reader.decoders is not None
-        self.decoders = reader.decoders or ThreadPoolExecutor(max_workers=decode_threads())
+        self.decoders = reader.decoders or decoding_pool()
         self.planner = ThreadPoolExecutor(max_workers=1)
         self.ahead = _Ahead(window + decode_threads(), self.decoders, reader, fs)
         self.submitted = 0  # groups started, in reading order
+        # local files with no decoding threads: the consumer also fetches (a local fetch
+        # only finds the row groups; the decode reads the file) and plans, as a thread
+        # of its own would take the GIL from it for as long (measured: -0.3 us a record)
+        self.inline = isinstance(fs, LocalFileSystem) and not self.ahead.threads
         if reader.prefetch is not None:
             self.budget = self._prefetch_budget(reader.prefetch)
 
     def ahead_of(self, chunks: Iterator[Chunk]) -> Iterator[Chunk]:
         """The chunks, each next one computed by the planning thread while this one is
-        read (the reading order costs ~0.3 us a record: not on the consuming thread)."""
+        read (the reading order costs ~0.3 us a record: not on the consuming thread);
+        computed here when the consumer does all the work anyway (`inline`)."""
+        if self.inline:
+            yield from chunks
+            return
         coming = self.planner.submit(next, chunks, None)
         while True:
             chunk = coming.result()
@@ -536,7 +579,10 @@ class _Reading:
         finally:
             self.ahead.started(started)
             for entry in started:
-                self.pool.submit(self.reader.fetch, self.fs, entry)
+                if self.inline:
+                    self.reader.fetch(self.fs, entry)
+                else:
+                    self.pool.submit(self.reader.fetch, self.fs, entry)
 
     def _start(self, need: Key | None, started: list[_Group]) -> None:
         while need is None or need not in self.groups:

@@ -30,7 +30,9 @@ measurement in its own process (so peak RSS is its own) --rounds times and repor
           the index built through the proxy), HF datasets streaming the Parquet shards and
           webdataset streaming the tar shards (over HTTP, with curl), all through the proxy.
 
-Columns: records/s, MB/s (of shard bytes), time to first item and its share of the run,
+Columns: records/s, MB/s (of shard bytes), CPU seconds per record (all threads and DataLoader
+workers; the steadier figure on a shared machine) and its ratio to the limit's, time to first
+item and its share of the run,
 peak RSS and its growth over the process's size after imports, bytes fetched against the
 run's share, ratio to its limit. --scale N repeats our batch-mode run on a dataset N times
 larger, to show RSS stays flat.
@@ -511,6 +513,7 @@ def measure_one(
     the process's size after imports (the baseline the growth is counted from)."""
     _preload()
     base = _peak_rss_kb()
+    cpu0 = _cpu_seconds()
     t0 = time.perf_counter()
     first, count = None, 0
     for n in RUNS[name][2](data, endpoint, opts):
@@ -518,12 +521,14 @@ def measure_one(
             first = time.perf_counter() - t0
         count += n
     seconds = time.perf_counter() - t0
+    cpu = _cpu_seconds() - cpu0
     own = _peak_rss_kb()
     kids = resource.getrusage(resource.RUSAGE_CHILDREN).ru_maxrss  # DataLoader workers
     from loader.retry import bytes_fetched  # this process's reads (not its workers')
 
     return {
         "seconds": seconds,
+        "cpu_s": cpu,
         "count": count,
         "first_s": first or 0.0,
         "peak_rss_mb": max(own, kids) / 1024,
@@ -531,6 +536,14 @@ def measure_one(
         "fetched": bytes_fetched(),
         "stats": dict(_STATS),
     }
+
+
+def _cpu_seconds() -> float:
+    """CPU seconds (user + system) of this process, all its threads, and of its children
+    that have ended (DataLoader workers, joined when the loader finishes)."""
+    me = resource.getrusage(resource.RUSAGE_SELF)
+    kids = resource.getrusage(resource.RUSAGE_CHILDREN)
+    return me.ru_utime + me.ru_stime + kids.ru_utime + kids.ru_stime
 
 
 def _peak_rss_kb() -> int:
@@ -640,6 +653,10 @@ def summarize(
         "fetched_mb": fetched / 1e6 if fetched and kind == "parquet" else None,
         "fetched_x_share": fetched / share if fetched and kind == "parquet" else None,
         "records_per_s": None if is_bytes else count / best["seconds"],
+        # CPU per record: the median over rounds (steadier than wall time on a shared machine)
+        "cpu_us_per_record": None
+        if is_bytes or not count
+        else statistics.median(r.get("cpu_s", 0.0) / max(1, r["count"]) for r in results) * 1e6,
         "mb_per_s": share / best["seconds"] / 1e6,
         "seconds": best["seconds"],
         "first_item_s": statistics.median(r["first_s"] for r in results),
@@ -744,6 +761,8 @@ def main() -> None:
             limit = by_name.get(r["limit"] or "")
             key = "mb_per_s" if (r["limit"] or "").startswith("raw s3fs") else "records_per_s"
             r["ratio_to_limit"] = r[key] / limit[key] if limit and limit[key] else None
+            cpu, limit_cpu = r.get("cpu_us_per_record"), (limit or {}).get("cpu_us_per_record")
+            r["cpu_x_limit"] = cpu / limit_cpu if cpu and limit_cpu and key != "mb_per_s" else None
         report(rows, nbytes, args)
     finally:
         shutil.rmtree(tmp, ignore_errors=True)
@@ -833,8 +852,9 @@ def report(rows: list[dict[str, Any]], nbytes: dict[str, int], args: argparse.Na
         f"medians of {args.rounds} rounds"
     )
     print(
-        f"{'run':<62} {'records/s':>10} {'MB/s':>6} {'first s':>7} {'first%':>6} {'RSS':>5} "
-        f"{'+RSS':>5} {'held':>5} {'stall':>5} {'fetch':>5} {'x lim':>5}  limit"
+        f"{'run':<62} {'records/s':>10} {'MB/s':>6} {'cpu us':>6} {'first s':>7} {'first%':>6} "
+        f"{'RSS':>5} {'+RSS':>5} {'held':>5} {'stall':>5} {'fetch':>5} {'x lim':>5} "
+        f"{'cpu x':>5}  limit"
     )
     for r in rows:
         rps = f"{r['records_per_s']:,.0f}" if r["records_per_s"] else "-"
@@ -842,12 +862,16 @@ def report(rows: list[dict[str, Any]], nbytes: dict[str, int], args: argparse.Na
         share = f"{r['fetched_x_share']:.2f}" if r["fetched_x_share"] else "-"
         held = f"{r['held_mb']:.0f}" if r.get("held_mb") else "-"
         stall = f"{r['stall_fraction']:.2f}" if r.get("stall_fraction") is not None else "-"
+        cpu = f"{r['cpu_us_per_record']:.2f}" if r.get("cpu_us_per_record") else "-"
+        cpu_x = f"{r['cpu_x_limit']:.2f}" if r.get("cpu_x_limit") else "-"
         print(
-            f"{r['run']:<62} {rps:>10} {r['mb_per_s']:>6.1f} {r['first_item_s']:>7.3f} "
+            f"{r['run']:<62} {rps:>10} {r['mb_per_s']:>6.1f} {cpu:>6} {r['first_item_s']:>7.3f} "
             f"{r['first_share']:>6.1%} {r['peak_rss_mb']:>5.0f} {r['rss_growth_mb']:>5.0f} "
-            f"{held:>5} {stall:>5} {share:>5} {ratio:>5}  {r['limit'] or ''}"
+            f"{held:>5} {stall:>5} {share:>5} {ratio:>5} {cpu_x:>5}  {r['limit'] or ''}"
         )
     print(
+        "cpu us: CPU seconds per record (user + system, all threads, DataLoader workers "
+        "included), median of the rounds; cpu x: that against the limit's. "
         "first%: time to the first item / the run's time. RSS: peak MB; +RSS: over the "
         "process's size after imports; held: the most MiB our reader held (decoded groups "
         "and reads under way, counted by the loader). stall: the loop's share of time "

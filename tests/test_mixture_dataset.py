@@ -349,8 +349,9 @@ def test_streams_are_read_concurrently(root: Path) -> None:
 
 def test_streams_share_one_decoding_pool(root: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     """The streams' groups are decoded by one pool of decode_threads() threads (and the
-    consumer, which decodes a group itself when it would only wait for it): a pool per
-    stream would run 3 x decode_threads() decoding threads, more than the cores."""
+    consumer, which decodes a group itself when it would only wait for it; local streams
+    start one after the other): a pool per stream would run 3 x decode_threads() decoding
+    threads, more than the cores."""
     import threading
 
     from loader import pipeline

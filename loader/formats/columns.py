@@ -1,23 +1,21 @@
 """Read groups of Parquet rows as columns that batches are gathered from.
 
-A group's numeric columns (and list columns of one fixed row length) are copied once,
-sequentially, into a contiguous row range of an *arena*: one growable numpy buffer per
-dtype and row shape, shared by all the groups a reader holds; other columns (strings,
-nulls, ragged lists) become one Arrow array per group. The group's Arrow tables can then be
-freed. A batch's records come from several groups at once (one per interleaved piece), and
-since those groups' rows lie in one arena, each numeric column of a batch is one `np.take`
-by arena row numbers into a fresh array the caller owns: a kept batch pins no group, and a
-released group's rows are reused by the next.
+A group's numeric columns (and list columns of one fixed row length) are kept as numpy
+views of the decoded Arrow buffers (no copy); other columns (strings, nulls, ragged lists)
+as one Arrow array per group. A batch's records come from several groups at once (one per
+interleaved piece): each numeric column of a batch is one fresh array filled by one
+fancy-indexed copy per group (the records of each group found by one stable argsort), so
+a kept batch pins no group; each Arrow column is one `take` over the groups' arrays as one
+chunked array.
 
-Measured (8 groups of 4,000 rows, an int64 and a 128 x int32 column, 256-row batches): one
-take from the arena costs 30 ns a record; a take per group with a scatter into the batch
-164 ns. And after the first groups the arena needs no fresh pages (zeroing fresh pages was
-~20% of a cold process's time).
+Measured (8 groups of 1,024 rows of 256 int32, 1,024-row batches): the copy per group costs
+~90 ns a record; copying each group into a shared arena first (the previous design) cost
+as much again and touched fresh pages on every pass.
 """
 
 from __future__ import annotations
 
-import threading
+import itertools
 from collections.abc import Callable, Iterator, Mapping, Sequence
 from functools import lru_cache
 from typing import Any
@@ -27,111 +25,11 @@ import numpy.typing as npt
 import pyarrow as pa
 import pyarrow.compute as pc
 
+from ..arrow_numpy import indices, numpy_of
 from ..batching import numpy_view
 from ..kinds import Kind, tensor_view
 
-__all__ = ["Arena", "Arenas", "Block", "gather", "padded", "record_maker"]
-
-
-class Arena:
-    """One growable numpy buffer of rows of one dtype and row shape. `put` copies arrays
-    end to end into a free row range (first fit; the buffer doubles, keeping every row
-    where it was, when none fits) and `free` gives the range back. Thread-safe: reader
-    threads put while the consumer takes from `rows()`; puts copy concurrently, outside
-    the lock (a growth waits for the copies under way)."""
-
-    def __init__(self, dtype: np.dtype[Any], shape: tuple[int, ...], reserve: int = 0) -> None:
-        self.dtype, self.shape = dtype, shape
-        # `reserve` bytes of room from the start: untouched pages cost nothing, and rows are
-        # taken from the bottom, so only the rows ever held get pages (first touches cost
-        # ~2 ms a MB in a VM), and no growth copies them
-        rows = reserve // max(1, self.row_bytes)
-        self._data = np.empty((rows, *shape), dtype=dtype)
-        self._free: list[tuple[int, int]] = [(0, rows)] if rows else []  # sorted, merged
-        self._copying = 0  # puts copying into the buffer now
-        self._cond = threading.Condition()
-
-    @property
-    def row_bytes(self) -> int:
-        return int(self.dtype.itemsize * int(np.prod(self.shape, dtype=np.int64)))
-
-    def rows(self) -> np.ndarray:
-        """The buffer as it is now: every range whose `put` returned before this call lies
-        in it (growing replaces the buffer before any later put writes; rows never move),
-        so no lock is needed to read it."""
-        return self._data
-
-    def put(self, arrays: Sequence[np.ndarray]) -> int:
-        """Copy `arrays` end to end into a free range; its first row."""
-        n = sum(len(a) for a in arrays)
-        with self._cond:
-            at = self._take_range(n)
-            out = self._data[at : at + n]
-            self._copying += 1
-        try:
-            if len(arrays) == 1:
-                out[...] = arrays[0]
-            else:
-                np.concatenate(arrays, out=out)
-        finally:
-            with self._cond:
-                self._copying -= 1
-                self._cond.notify_all()
-        return at
-
-    def free(self, at: int, n: int) -> None:
-        """Rows [at, at + n) may be reused."""
-        if n <= 0:
-            return
-        with self._cond:
-            self._free.append((at, at + n))
-            self._free.sort()
-            merged = [self._free[0]]
-            for a, b in self._free[1:]:
-                if a <= merged[-1][1]:
-                    merged[-1] = (merged[-1][0], max(b, merged[-1][1]))
-                else:
-                    merged.append((a, b))
-            self._free = merged
-
-    def _take_range(self, n: int) -> int:
-        """First row of a free range of n rows (called holding the lock)."""
-        for i, (a, b) in enumerate(self._free):
-            if b - a >= n:
-                self._free[i] = (a + n, b)
-                if a + n == b:
-                    del self._free[i]
-                self.hwm = max(getattr(self, "hwm", 0), a + n)
-                return a
-        # grow: once no copy is under way, the old rows keep their place in a bigger buffer
-        while self._copying:
-            self._cond.wait()
-        old = len(self._data)
-        tail = self._free[-1][0] if self._free and self._free[-1][1] == old else old
-        size = max(old + old // 2, tail + n, 1024)
-        grown = np.empty((size, *self.shape), dtype=self.dtype)
-        grown[:tail] = self._data[:tail]
-        self._data = grown
-        if self._free and self._free[-1][1] == old:
-            self._free.pop()
-        self._free.append((tail + n, size))
-        return tail
-
-
-class Arenas:
-    """The arenas of one reader, by dtype and row shape; each new one starts with room for
-    `reserve` bytes (what the reader expects to hold at most)."""
-
-    def __init__(self, reserve: int = 0) -> None:
-        self.reserve = reserve
-        self._by: dict[tuple[np.dtype[Any], tuple[int, ...]], Arena] = {}
-        self._lock = threading.Lock()
-
-    def of(self, dtype: np.dtype[Any], shape: tuple[int, ...]) -> Arena:
-        with self._lock:
-            if (dtype, shape) not in self._by:
-                self._by[(dtype, shape)] = Arena(dtype, shape, self.reserve)
-            return self._by[(dtype, shape)]
+__all__ = ["Block", "gather", "padded", "record_maker"]
 
 
 def _view(chunk: pa.Array, kind: Kind | None) -> np.ndarray | None:
@@ -142,10 +40,8 @@ def _view(chunk: pa.Array, kind: Kind | None) -> np.ndarray | None:
     return tensor_view(chunk, kind.shape or (), kind.levels)
 
 
-def _to_arena(
-    chunks: list[pa.Array], arenas: Arenas, kind: Kind | None = None
-) -> tuple[Arena, int, int] | None:
-    """(arena, first row, rows): the chunks copied end to end into an arena; None when a
+def _numeric(chunks: list[pa.Array], kind: Kind | None) -> np.ndarray | None:
+    """The chunks as one numpy array (a view for one chunk, else one copy); None when a
     chunk is not viewable as numpy or the row shapes differ."""
     maybe = [_view(c, kind) for c in chunks]
     views = [v for v in maybe if v is not None]
@@ -154,14 +50,13 @@ def _to_arena(
     first = views[0]
     if any(v.dtype != first.dtype or v.shape[1:] != first.shape[1:] for v in views):
         return None
-    arena = arenas.of(first.dtype, first.shape[1:])
-    return arena, arena.put(views), sum(len(v) for v in views)
+    return first if len(views) == 1 else np.concatenate(views)
 
 
 def padded(arr: pa.Array, value: Any) -> np.ndarray:
     """(n, longest) numpy array of a list array's rows, shorter rows padded with `value`."""
-    lengths = pc.list_value_length(arr).to_numpy(zero_copy_only=False)
-    flat = np.asarray(arr.flatten().to_numpy(zero_copy_only=False))
+    lengths = numpy_of(pc.list_value_length(arr))
+    flat = numpy_of(arr.flatten())
     out = np.full((len(arr), int(lengths.max(initial=0))), value, dtype=flat.dtype)
     # (total,) column of each value inside its row
     within = np.arange(flat.size) - np.repeat(np.cumsum(lengths) - lengths, lengths)
@@ -171,17 +66,16 @@ def padded(arr: pa.Array, value: Any) -> np.ndarray:
 
 class Block:
     """The parts (Arrow tables) of one read group; row i of the block is row i of the parts
-    laid end to end. The parts are not kept: columns are copied or combined on construction.
+    laid end to end.
 
     With `kinds` (batch mode), each column is what its kind says (loader.kinds): tensor
-    columns go to the arenas, list columns stay Arrow, and plain list columns with a pad
-    value are padded per take. Without (record mode), numbers go to the arenas where Arrow
+    columns are numpy views, list columns stay Arrow, and plain list columns with a pad
+    value are padded per take. Without (record mode), numbers are numpy where Arrow
     allows."""
 
     def __init__(
         self,
         parts: Sequence[pa.Table],
-        arenas: Arenas | None = None,
         kinds: Mapping[str, Kind] | None = None,
         measure: Sequence[str] = (),
     ) -> None:
@@ -191,50 +85,44 @@ class Block:
         # the list columns `measure` names: (shortest, longest) row
         self.lengths: dict[str, tuple[int, int]] = {}
         for name in measure:
-            col = pa.chunked_array([c for p in parts for c in p.column(name).chunks])
-            if len(col):
-                lo, hi = pc.min_max(pc.list_value_length(col)).values()
-                self.lengths[name] = (lo.as_py(), hi.as_py())
-        self.columns: dict[str, pa.Array] = {}  # the columns not in an arena
-        self.places: dict[str, tuple[Arena, int, int]] = {}  # numeric: (arena, at, rows)
+            lo_hi = _length_range([c for p in parts for c in p.column(name).chunks])
+            if lo_hi is not None:
+                self.lengths[name] = lo_hi
+        self.columns: dict[str, pa.Array] = {}  # the columns kept as Arrow
+        self.arrays: dict[str, np.ndarray] = {}  # numeric: views of the Arrow buffers
         self._pads: dict[str, Any] = {}
-        arenas = arenas if arenas is not None else Arenas()
         for name in self.names:
             chunks = [c for p in parts for c in p.column(name).chunks]
             kind = None if kinds is None else kinds.get(name)
             if kind is not None and kind.ragged and kind.pad is not None:
                 self._pads[name] = kind.pad
-            place = (
+            array = (
                 None
                 if kind is not None and (not kind.tensor or name in self._pads)
-                else _to_arena(chunks, arenas, kind)
+                else _numeric(chunks, kind)
             )
-            if place is not None:
-                self.places[name] = place  # read through the arena: views would pin it
+            if array is not None:
+                self.arrays[name] = array
             else:
                 col = pa.chunked_array(chunks, type=parts[0].schema.field(name).type)
                 self.columns[name] = col.combine_chunks()
 
     def column(self, name: str) -> np.ndarray | pa.Array:
-        """The whole column: a view of its arena rows (valid while the block is held) or
-        its Arrow array."""
-        if name in self.places:
-            arena, at, n = self.places[name]
-            return arena.rows()[at : at + n]
+        """The whole column: a numpy array or its Arrow array."""
+        if name in self.arrays:
+            return self.arrays[name]
         return self.columns[name]
 
     @property
     def nbytes(self) -> int:
-        """Bytes the block holds: its arena rows and Arrow columns."""
-        numeric = sum(a.row_bytes * n for a, _, n in self.places.values())
+        """Bytes the block holds: its numeric and Arrow columns."""
+        numeric = sum(a.nbytes for a in self.arrays.values())
         arrow = sum(c.nbytes for c in self.columns.values())
         return int(numeric + arrow)
 
     def release(self) -> None:
-        """The block is done: its arena rows may be reused by the next blocks."""
-        for arena, at, n in self.places.values():
-            arena.free(at, n)
-        self.places, self.columns = {}, {}
+        """The block is done: its columns are dropped (taken rows are copies)."""
+        self.arrays, self.columns = {}, {}
 
     def take(self, rows: npt.NDArray[np.int64], pad: bool = True) -> dict[str, Any]:
         """Rows of the block, in order: column -> a fresh numpy array or Arrow array (pad
@@ -242,11 +130,10 @@ class Block:
         out: dict[str, Any] = {}
         arrow_rows = None
         for name in self.names:
-            if name in self.places:
-                arena, at, _ = self.places[name]
-                out[name] = np.take(arena.rows(), rows + at, axis=0)
+            if name in self.arrays:
+                out[name] = np.take(self.arrays[name], rows, axis=0)
                 continue
-            arrow_rows = pa.array(rows) if arrow_rows is None else arrow_rows
+            arrow_rows = indices(rows) if arrow_rows is None else arrow_rows
             out[name] = self.columns[name].take(arrow_rows)
             if pad and name in self._pads:
                 out[name] = padded(out[name], self._pads[name])
@@ -318,33 +205,59 @@ def _as_arrow(col: np.ndarray | pa.Array, like: pa.DataType) -> pa.Array:
     return pa.array(col.tolist() if col.ndim > 1 else col, type=like)
 
 
+def _length_range(chunks: list[pa.Array]) -> tuple[int, int] | None:
+    """(shortest, longest) row of list chunks, from their offsets (None when empty)."""
+    lo, hi = None, None
+    for c in chunks:
+        if not len(c):
+            continue
+        if pa.types.is_fixed_size_list(c.type):
+            a = b = c.type.list_size
+            lo, hi = (a, b) if lo is None or hi is None else (min(lo, a), max(hi, b))
+            continue
+        lengths = np.diff(numpy_of(c.offsets))
+        a, b = int(lengths.min()), int(lengths.max())
+        lo, hi = (a, b) if lo is None or hi is None else (min(lo, a), max(hi, b))
+    return None if lo is None or hi is None else (lo, hi)
+
+
 def gather(
     blocks: Sequence[Block], which: npt.NDArray[np.int64], rows: npt.NDArray[np.int64]
 ) -> dict[str, Any]:
     """Row rows[k] of blocks[which[k]], for each k in order: column -> a fresh numpy array
-    (where every block holds the column in one arena: one take by arena row) or Arrow
-    array (one take from the blocks' arrays as one chunked array: pyarrow takes across
-    chunks without joining them, 40 us for 2,048 strings from 8 groups, against 370 for
-    a take per group put back in order). Pad columns stay unpadded Arrow lists (see
-    `padded`)."""
+    (where every block holds the column as numpy: one copy a block into the batch's
+    places of its records) or Arrow array (one take from the blocks' arrays as one chunked
+    array: pyarrow takes across chunks without joining them, 40 us for 2,048 strings from
+    8 groups, against 370 for a take per group put back in order). Pad columns stay
+    unpadded Arrow lists (see `padded`)."""
     if not blocks:
         return {}
     if len(blocks) == 1:
         return blocks[0].take(rows, pad=False)
     out: dict[str, Any] = {}
     starts: npt.NDArray[np.int64] | None = None
+    spans: list[tuple[npt.NDArray[np.int64], npt.NDArray[np.int64]]] | None = None
     for name in blocks[0].names:
-        places = [b.places.get(name) for b in blocks]
-        arena = places[0][0] if places[0] is not None else None
-        if arena is not None and all(p is not None and p[0] is arena for p in places):
-            # (B,) where each block's rows start in the arena; (n,) the arena rows
-            ats = np.array([p[1] for p in places if p is not None], dtype=np.int64)
-            out[name] = np.take(arena.rows(), ats[which] + rows, axis=0)
+        arrays = [b.arrays.get(name) for b in blocks]
+        first = arrays[0]
+        if first is not None and all(
+            a is not None and a.dtype == first.dtype and a.shape[1:] == first.shape[1:]
+            for a in arrays
+        ):
+            if spans is None:  # per block: (places in the batch, rows of the block)
+                order = np.argsort(which, kind="stable")
+                bounds = np.searchsorted(which[order], np.arange(len(blocks) + 1))
+                spans = [(order[a:b], rows[order[a:b]]) for a, b in itertools.pairwise(bounds)]
+            col = np.empty((len(rows), *first.shape[1:]), dtype=first.dtype)
+            for a, (places, taken) in zip(arrays, spans):
+                if places.size:
+                    col[places] = a[taken]  # type: ignore[index]
+            out[name] = col
             continue
         if starts is None:  # (B,) where each block starts in the blocks laid end to end
             sizes = [b.rows for b in blocks]
             starts = np.concatenate(([0], np.cumsum(sizes[:-1]))).astype(np.int64)
         like = blocks[0].types[name]
         chunks = pa.chunked_array([_as_arrow(b.column(name), like) for b in blocks], type=like)
-        out[name] = chunks.take(pa.array(starts[which] + rows)).combine_chunks()
+        out[name] = chunks.take(indices(starts[which] + rows)).combine_chunks()
     return out

@@ -28,7 +28,7 @@ from ..retry import RetryPolicy, count_fetched, read_ranges
 from ..schemas import plain_type
 from ..shard import Shard
 from ..storage import FileEntry, check_version, redact
-from .columns import Arenas, Block, gather, padded
+from .columns import Block, gather, padded
 from .deferred import complete, estimated_bytes, is_deferred
 
 __all__ = ["GROUP_BYTES", "ParquetFormat", "footer_details", "packed", "read_groups"]
@@ -41,7 +41,6 @@ _MAGIC = b"PAR1"
 # group is one coalesced read and shuffles more than a few rows; larger ones stay alone.
 GROUP_BYTES = 256 << 10
 OPEN_FILES = 16  # local shards a decoding thread keeps open (a block's pieces and more)
-RELEASE_EVERY = 4 << 20  # bytes decoded between hand-backs of free memory (see join)
 
 
 def read_groups(row_rows: Sequence[int], row_bytes: Sequence[int]) -> list[int]:
@@ -398,9 +397,6 @@ class ParquetFormat:
         self._fixed = [n for n, k in (kinds or {}).items() if k.ragged and k.pad is None]
         # plain list columns: the row length first read (shared by a mixture's streams)
         self._lengths: dict[str, int] = {} if lengths is None else lengths
-        self._arenas = Arenas()  # the read groups' numeric columns, rows reused
-        self._since_release = threading.local()  # .n: bytes this thread decoded since it
-        # last handed Arrow's free memory back
         self._open_files = threading.local()  # per decoding thread: the last files read
 
     def scan(self, fs: Any, entries: Sequence[FileEntry]) -> list[dict[str, Any]]:
@@ -597,9 +593,7 @@ class ParquetFormat:
         return int(total * (stop - start) / rows) if rows else 0
 
     def reserve(self, nbytes: int) -> None:
-        """The reader holds at most about `nbytes`: arenas made from now on start with that
-        much room (touched only as rows are used)."""
-        self._arenas.reserve = nbytes
+        """A hint of the bytes the reader holds at most (unused: blocks are views)."""
 
     def check(self, joined: Block, shard: Shard) -> None:
         """Called in reading order as each group is first needed: a plain list column's
@@ -610,19 +604,14 @@ class ParquetFormat:
                 check_length(name, shard.url, *lo_hi, self._lengths)
 
     def join(self, parts: Sequence[pa.Table]) -> Block:
-        """The parts as one Block (numeric columns copied into the arenas). Called in a
-        decoding thread: Arrow's allocator (mimalloc) keeps freed memory in the heap of the
-        thread that allocated it, so every RELEASE_EVERY decoded bytes it is handed back
-        (measured on the benchmark's data: peak RSS over the baseline 123 MB never, 92 every
-        16 MB, 84 every group; CPU +3% every 16 MB, +35% every group, as the next decode
-        touches fresh pages)."""
-        block = Block(parts, self._arenas, self.kinds, self._fixed)
-        mine = self._since_release  # per thread: each hands back its own heap's memory
-        mine.n = getattr(mine, "n", 0) + sum(p.nbytes for p in parts)
-        if mine.n >= RELEASE_EVERY:
-            mine.n = 0
-            pa.default_memory_pool().release_unused()
-        return block
+        """The parts as one Block (numeric columns as views of the decoded buffers).
+
+        Arrow's free memory is not handed back to the OS here: the next groups decode
+        into it. Handing it back every 4 MB (the previous design) made every decode
+        touch fresh pages: 35,000 page faults a pass of the benchmark's 131,072 records,
+        ~25% of the reader's CPU, and a higher peak RSS than reusing it (+102 MB against
+        +75 MB, `scripts/bench.py`'s RSS growth)."""
+        return Block(parts, self.kinds, self._fixed)
 
     def release(self, joined: Block) -> None:
         joined.release()
