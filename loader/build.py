@@ -21,7 +21,7 @@ import pyarrow as pa
 
 from .errors import StaleSidecarError
 from .formats import format_for, format_of_url, known_suffixes
-from .formats.parquet import schema_from_b64
+from .formats.parquet_meta import schema_from_b64
 from .formats.tar_index import find_idx, index_from_sidecars
 from .formats.wids import check_wids, normalize_url, read_wids
 from .manifest import is_manifest, read_manifest

@@ -16,7 +16,7 @@ import pyarrow as pa
 from .build import assemble, discover, scan
 from .errors import StaleIndexError
 from .formats import format_for
-from .formats.parquet import schema_from_b64, schema_to_b64
+from .formats.parquet_meta import schema_from_b64, schema_to_b64
 from .retry import RetryPolicy
 from .schemas import select_schema, unify_schemas
 from .shard import Shard

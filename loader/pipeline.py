@@ -7,16 +7,20 @@ the start of a read end a part (a batch is then one part, or a few joined by `re
 
     (plan, start, stop) runs -> read groups (a piece's decode units), in the order the
                                 reading first needs them: fetched by `read_threads`
-                                threads as far ahead as the memory budget allows, decoded
-                                (cores - 1 threads) only a few groups before they are needed
+                                threads as far ahead as the memory budget allows (off
+                                local disk), decoded by the consumer when it needs them
+                                (loader.decoding: on 2 cores no thread decodes ahead)
                              -> slabs of up to SLAB records gathered from the groups held
                              -> parts of at most `step` records, in the plan's order
 
 A plan reads each piece of a block group by group (sampler.plan), so the reader holds one
 group of each of the block's `window` pieces (the working set) plus what it reads ahead:
 the first records flow once the first group of each piece is decoded, not a whole block,
-and a group is let go as soon as its piece moves on to its next group. The reading order
-itself is computed a chunk ahead on a thread of its own.
+and a group is let go as soon as its piece moves on to its next group. Off local disk the
+reading order is computed a chunk ahead on a thread of its own; on local files the
+consumer does everything itself (a thread would only take the GIL from it).
+
+The memory budget is loader.budget; who decodes a group, and when, loader.decoding.
 
 For a mixture of streams, give each stream's reader one shared MemoryBudget (so the bound
 holds for all of them together); each reader still reads its own stream's groups in its
@@ -25,10 +29,8 @@ own order.
 
 from __future__ import annotations
 
-import bisect
 import functools
 import itertools
-import os
 import threading
 import time
 from collections.abc import Iterable, Iterator, Sequence
@@ -37,10 +39,11 @@ from typing import Any
 
 import numpy as np
 from fsspec.implementations.local import LocalFileSystem
-from torch.utils.data import get_worker_info
 
 from sampler.plan import Chunk, Plan
 
+from .budget import DEFAULT_MEMORY_BUDGET, MemoryBudget, budget_of
+from .decoding import _Ahead, _finish, _Group, _Stopped, decode_threads, decoding_pool
 from .formats import Format
 from .index import ShardIndex
 from .retry import RetryPolicy
@@ -61,89 +64,11 @@ Run = tuple[Plan, int, int]  # records [start, stop) of a plan, in its reading o
 Key = tuple[int, int, int]  # (run, piece, group): one read group of one run
 
 SLAB = 2048  # records gathered at once from the groups held (then cut into parts)
-FETCH_BYTES = 16 << 20  # off local disk, a shard's groups are fetched together up to this
 CHUNK_RECORDS = 32768  # records of the reading order computed at once (small: the first
 # records flow sooner, and the consumer thread does not hold the GIL long)
-# Measured (README): locally the cushion of decoded groups, not the budget, sets the memory
-# held; over S3 with 30 ms to the first byte, 32-256 MiB read equally fast; 64 is the margin
-DEFAULT_MEMORY_BUDGET = 64 << 20
 # decoded bytes per estimated byte until a group is measured: encoded pages are often
 # smaller than the decoded columns (dictionaries, run lengths), so start cautious
 FIRST_SCALE = 2.0
-
-
-class MemoryBudget:
-    """A bound in bytes on the decoded data readers hold plus what they read ahead; one
-    object may be shared by several readers (a mixture's streams) to bound them together.
-    Thread-safe.
-
-    A reader charges a group's estimated size when it starts reading it, its measured size
-    once decoded, and refunds it when the group is let go. It reads ahead only while the
-    charge fits; a group its consumer needs now is read even when it does not (the least
-    memory the reading order allows), so `held` stays within `limit` plus the groups being
-    waited for. `peak` is the most ever held.
-    """
-
-    def __init__(self, limit: int) -> None:
-        if isinstance(limit, bool) or not isinstance(limit, int) or limit < 0:
-            raise ValueError(f"memory_budget must be an int >= 0 (bytes), got {limit!r}")
-        self.limit = limit
-        self.held = 0
-        self.peak = 0
-        self._lock = threading.Lock()
-
-    def charge(self, n: int, force: bool = False) -> bool:
-        """Hold n more bytes if they fit (or `force`); False, holding nothing more, if not."""
-        with self._lock:
-            if not force and self.held + n > self.limit:
-                return False
-            self.held += n
-            self.peak = max(self.peak, self.held)
-            return True
-
-    def refund(self, n: int) -> None:
-        """Hold n fewer bytes (n < 0: more, e.g. when a group decoded larger than charged)."""
-        with self._lock:
-            self.held -= n
-            self.peak = max(self.peak, self.held)
-
-
-def decode_threads() -> int:
-    """Threads that decode groups ahead of need, beside the consuming thread, which decodes
-    a group itself when it needs it and no thread has: the cores this process may use but
-    two (the consumer's, and one for the training loop); none inside a DataLoader worker
-    (a worker is one process a core).
-
-    Why so few: Python 3.11 has one GIL, and a decoding thread takes it back after every
-    pyarrow call, each time the consumer holds it. Measured on 2 cores (16 shards x 8,192
-    rows, `scripts/bench.py`): with one decoding thread the reader spent 2.9 us of CPU a
-    record, decoding in the consumer 2.3 us, and read faster too (pyarrow releases the GIL
-    while it decodes a group, so nothing else waits)."""
-    if get_worker_info() is not None:
-        return 0
-    try:
-        cores = len(os.sched_getaffinity(0))
-    except AttributeError:  # not Linux
-        cores = os.cpu_count() or 1
-    return max(0, cores - 2)
-
-
-def decoding_pool() -> ThreadPoolExecutor:
-    """A pool for `decode_threads()` decoding threads (at least one thread object: an
-    executor needs one, and with no decoding threads nothing is submitted to it)."""
-    return ThreadPoolExecutor(max_workers=max(1, decode_threads()), thread_name_prefix="decode")
-
-
-def budget_of(memory_budget: int | MemoryBudget | None) -> MemoryBudget:
-    """A MemoryBudget from bytes (None: DEFAULT_MEMORY_BUDGET) or the shared object itself."""
-    if isinstance(memory_budget, MemoryBudget):
-        return memory_budget
-    return MemoryBudget(DEFAULT_MEMORY_BUDGET if memory_budget is None else memory_budget)
-
-
-class _Stopped(Exception):
-    """A queued read not started: an earlier read failed (its error is the one raised,
-    since reads start in submission order and results are taken in that order)."""
 
 
 class PlanReader:
@@ -151,8 +76,9 @@ class PlanReader:
 
     `read_threads` threads fetch groups in the order the reading needs them, as far ahead
     as `memory_budget` allows (bytes, or a MemoryBudget shared with other readers, e.g. a
-    mixture's streams; default DEFAULT_MEMORY_BUDGET); cores - 1 threads decode them, a
-    few ahead of need. `prefetch` (deprecated, for one release): instead of a budget,
+    mixture's streams; default DEFAULT_MEMORY_BUDGET); `decode_threads()` threads decode
+    them a few ahead of need, and the consumer decodes a group itself when none has.
+    `prefetch` (deprecated, for one release): instead of a budget,
     read ahead `prefetch` more sets of the first block's groups, as the old reader read
     `prefetch` more blocks. Counters go to `stats` (see loader.stats). `decoders`: a
     decoding pool shared with other readers (a mixture's streams: their decoding then takes
@@ -319,189 +245,6 @@ def _distinct(chunk: Chunk, lo: int, hi: int) -> tuple[list[tuple[int, int]], An
     first[which[::-1]] = at[::-1]
     keys = [(chunk.block[0] + d // width, d % width) for d in present.tolist()]
     return keys, which, first, last
-
-
-class _Ahead:
-    """Decoding, in reading order, only a few groups before they are needed.
-
-    Fetching runs as far ahead as the budget allows; a fetched group then waits here until
-    the consumer needs it or fewer than `limit` decoded groups wait for the consumer:
-    decoded data is larger than fetched bytes (locally nothing is fetched before
-    decoding), and a decoded group is of no use until needed, so a small cushion does
-    (about one next group a piece, and one a decoding thread). No thread blocks here:
-    groups wait in a list and go to the decoding threads as room appears.
-    """
-
-    def __init__(
-        self, limit: int, decoders: ThreadPoolExecutor, reader: PlanReader, fs: Any
-    ) -> None:
-        self.limit, self.decoders, self.reader, self.fs = limit, decoders, reader, fs
-        self.threads = decode_threads()
-        self.count = 0  # decoded groups the consumer does not need yet
-        self.running = 0  # groups being decoded
-        self.waiting: list[tuple[int, _Group, Any]] = []  # (order, group, fetched), sorted
-        self.unfetched: dict[int, list[_Group]] = {}  # shard -> groups started, not fetched
-        self.merge = not isinstance(fs, LocalFileSystem)  # fetch a shard's groups together
-        self.halted = False  # set when a fetch fails or reading stops: no new fetch starts
-        self._lock = threading.Condition()  # notified when fetched bytes arrive
-
-    def started(self, entries: list[_Group]) -> None:
-        """These groups' fetches are about to be queued (in reading order)."""
-        with self._lock:
-            for entry in entries:
-                self.unfetched.setdefault(entry.shard, []).append(entry)
-
-    def claim(self, entry: _Group) -> list[_Group]:
-        """The groups a fetch of `entry` reads: none if an earlier fetch took it along;
-        else it and (off local disk) the next groups of its shard not being fetched yet,
-        up to FETCH_BYTES stored."""
-        with self._lock:
-            if entry.claimed:
-                return []
-            queue = self.unfetched.get(entry.shard, [])
-            together, size = [], 0
-            for other in [entry, *(q for q in queue if q is not entry)]:
-                if other.claimed or (other is not entry and other.dropped):
-                    continue
-                if other is not entry and (not self.merge or size + other.stored > FETCH_BYTES):
-                    break
-                other.claimed = True
-                together.append(other)
-                size += other.stored
-            left = [q for q in queue if not q.claimed]
-            if left:
-                self.unfetched[entry.shard] = left
-            else:
-                self.unfetched.pop(entry.shard, None)
-            return together
-
-    def fetched(self, entry: _Group, raw: Any) -> None:
-        """`entry`'s bytes arrived (in a fetching thread): decode it when its turn comes."""
-        with self._lock:
-            dropped = entry.dropped
-            if not dropped:
-                bisect.insort(self.waiting, (entry.order, entry, raw), key=_first)
-                self._dispatch()
-                self._lock.notify_all()
-        if dropped:
-            _finish(entry, None)
-
-    def need(self, entry: _Group, drop: bool = False) -> None:
-        """The consumer needs `entry` now (or, `drop`, never): it leaves the cushion, and is
-        decoded at once if its bytes wait here (or let go)."""
-        dropped = None
-        with self._lock:
-            entry.needed = True
-            entry.dropped = entry.dropped or drop
-            if entry.counted:
-                entry.counted = False
-                self.count -= 1
-            if drop:
-                for i, item in enumerate(self.waiting):
-                    if item[1] is entry:
-                        dropped = self.waiting.pop(i)[1]
-                        break
-            self._dispatch()
-        if dropped is not None:
-            _finish(dropped, None)
-
-    def _dispatch(self) -> None:
-        """(Holding the lock) hand to the decoding threads the waiting groups the consumer
-        needs, and the next ones in reading order while the cushion has room."""
-        if not self.threads:  # the consumer decodes each group itself (`take`)
-            return
-        keep = []
-        for needed in (True, False):  # the groups needed now first
-            for item in self.waiting:
-                if item[1].needed != needed:
-                    continue
-                room = needed or self.count + self.running < self.limit
-                if room and self.running < self.threads:
-                    self.running += 1
-                    self.decoders.submit(self._decode, item[1], item[2])
-                else:
-                    keep.append(item)
-        keep.sort(key=_first)
-        self.waiting = keep
-
-    def take(self, entry: _Group) -> tuple[bool, Any]:
-        """(True, its fetched bytes) if `entry` waits here for a decoding thread: the
-        consumer, waiting for it anyway, decodes it itself (`decode_here`). With no
-        decoding threads, waits for the bytes to arrive (False once its reading is over
-        without them: a failed fetch, or the group let go)."""
-        with self._lock:
-            while True:
-                for i, item in enumerate(self.waiting):
-                    if item[1] is entry:
-                        self.running += 1
-                        return True, self.waiting.pop(i)[2]
-                if self.threads or entry.future.done():
-                    return False, None
-                self._lock.wait(0.05)  # notified by `fetched`; the timeout covers failures
-
-    def decode_here(self, entry: _Group, raw: Any) -> None:
-        self._decode(entry, raw)
-
-    def _decode(self, entry: _Group, raw: Any) -> None:
-        block, error = None, None
-        try:
-            block = self.reader.decode(self.fs, entry, raw)
-        except BaseException as e:
-            error = e
-        with self._lock:
-            self.running -= 1
-            if block is not None and not entry.needed and not entry.dropped:
-                entry.counted = True
-                self.count += 1
-            self._dispatch()
-        _finish(entry, block, error)
-
-
-def _first(item: tuple[int, _Group, Any]) -> int:
-    return item[0]
-
-
-def _finish(entry: _Group, block: Any, error: BaseException | None = None) -> None:
-    """Complete a group's future with its block (None: let go unread) or its error."""
-    if error is not None:
-        entry.future.set_exception(error)
-    else:
-        entry.future.set_result(block)
-
-
-class _Group:
-    """One read group: rows [first, stop) of shard number `shard`, `order`-th started; its
-    reading (`future`: the joined block), what it holds in the budget (`charged`: the
-    estimate while it is read, then its measured size; `raw`: the format's estimate), and
-    its place in the cushion of decoded groups (`ahead`)."""
-
-    __slots__ = (
-        "ahead",
-        "charged",
-        "checked",
-        "claimed",
-        "counted",
-        "dropped",
-        "first",
-        "future",
-        "needed",
-        "order",
-        "raw",
-        "shard",
-        "stop",
-        "stored",
-    )
-
-    def __init__(
-        self, order: int, shard: int, rows: tuple[int, int], charge: tuple[int, int], ahead: _Ahead
-    ) -> None:
-        self.order, self.shard = order, shard
-        self.first, self.stop = rows
-        self.charged, self.raw = charge
-        self.ahead = ahead
-        self.future: Future[Any] = Future()
-        self.needed = self.dropped = self.counted = self.checked = self.claimed = False
-        self.stored = 0  # bytes of the shard a read of it fetches (all columns: at most)
 
 
 class _Reading:

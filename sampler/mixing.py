@@ -65,7 +65,9 @@ def _slice(sizes: Sequence[int], keys: Sequence[int], s: int, ns: int) -> tuple[
         ts.append(_position(j[keep], m, key))
         pieces.append(np.full(js[-1].size, i, dtype=np.int64))
     piece, j, t = np.concatenate(pieces), np.concatenate(js), np.concatenate(ts)
-    order = np.lexsort((piece, t))  # by t, ties by piece; stable, so j stays increasing
+    # by t, ties by piece: the pieces lie in increasing order, so one stable sort by t does
+    # (what np.lexsort((piece, t)) gives, at half its cost); j stays increasing
+    order = np.argsort(t, kind="stable")
     return piece[order], j[order]
 
 

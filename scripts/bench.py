@@ -674,7 +674,8 @@ def our_ranges(endpoint: str, columns: list[str]) -> tuple[Any, list[list[Any]]]
     columns of the bucket's Parquet shards): the same read groups, row groups and
     coalesced column chunks as loader.formats.parquet's reads."""
     from loader import ShardIndex
-    from loader.formats.parquet import _FOOTERS, ParquetFormat, _column_ranges, _row_groups
+    from loader.formats.parquet import ParquetFormat
+    from loader.formats.parquet_meta import _FOOTERS, _column_ranges, _row_groups
 
     index = ShardIndex.build("s3://bench/parquet", {"client_kwargs": {"endpoint_url": endpoint}})
     fmt = ParquetFormat()

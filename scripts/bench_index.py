@@ -483,7 +483,7 @@ def assembly_cost(n: int) -> dict[str, float]:
     the index on one rank, for synthetic Parquet parts (8 row groups a shard)."""
     from loader.build import Listing, assemble
     from loader.distributed_index import _pack, _unpack
-    from loader.formats.parquet import schema_to_b64
+    from loader.formats.parquet_meta import schema_to_b64
     from loader.storage import FileEntry
 
     schema = schema_to_b64(pa.schema([("id", pa.int64()), ("tokens", pa.list_(pa.int32()))]))

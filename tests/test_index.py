@@ -14,7 +14,7 @@ import pyarrow.parquet as pq
 import pytest
 
 from loader import ShardError, ShardIndex, StaleIndexError, StreamingDataset
-from loader.formats.parquet import TAIL
+from loader.formats.parquet_meta import TAIL
 from scripts.s3proxy import counting_proxy
 
 from .datagen import SIZES, parquet_table, record_id, write_dataset
@@ -188,12 +188,12 @@ def test_building_reads_only_parquet_footers(s3: Any) -> None:
 
 
 def test_footers_longer_than_the_tail_read(tmp_path: Path, monkeypatch: Any) -> None:
-    from loader.formats import parquet
+    from loader.formats import parquet, parquet_meta
 
     write_dataset(LOCAL, str(tmp_path), "parquet")
     want = ShardIndex.build(str(tmp_path))
     monkeypatch.setattr(parquet, "TAIL", 64)  # every footer is longer: a second read each
-    monkeypatch.setattr(parquet, "_FOOTERS", parquet.FooterCache(1 << 20))
+    monkeypatch.setattr(parquet, "_FOOTERS", parquet_meta.FooterCache(1 << 20))
     got = ShardIndex.build(str(tmp_path))
     assert [s.details for s in got.shards] == [s.details for s in want.shards]
     assert got.schema == want.schema
@@ -201,7 +201,7 @@ def test_footers_longer_than_the_tail_read(tmp_path: Path, monkeypatch: Any) -> 
 
 
 def test_footer_cache_is_bounded_by_bytes(tmp_path: Path) -> None:
-    from loader.formats.parquet import FooterCache
+    from loader.formats.parquet_meta import FooterCache
 
     paths = write_dataset(LOCAL, str(tmp_path), "parquet")
     meta = pq.read_metadata(paths[0])

@@ -14,7 +14,7 @@ import pytest
 from torch.utils.data import DataLoader
 
 from loader import ShardIndex, StreamingDataset
-from loader.formats import parquet
+from loader.formats import parquet_meta
 from loader.pipeline import MemoryBudget, PlanReader
 from sampler import ShardSampler
 
@@ -27,7 +27,7 @@ SIZES = [300, 0, 410, 170, 350, 260, 90, 333]
 @pytest.fixture
 def one_row_group_a_group(monkeypatch: pytest.MonkeyPatch) -> None:
     """Every row group its own read group (small test files would otherwise be one each)."""
-    monkeypatch.setattr(parquet, "GROUP_BYTES", 1)
+    monkeypatch.setattr(parquet_meta, "GROUP_BYTES", 1)
 
 
 def local(tmp_path: Path, payload: int = 0, row_group_size: int = 40) -> str:
@@ -126,7 +126,7 @@ def test_the_memory_budget_bounds_the_bytes_held(tmp_path: Path, monkeypatch: An
     """Counted by the loader: decoded groups held plus groups being read stay within the
     budget but for one group (the one the consumer waits for is read even when it does
     not fit); a larger budget reads further ahead."""
-    monkeypatch.setattr(parquet, "GROUP_BYTES", 16 << 10)
+    monkeypatch.setattr(parquet_meta, "GROUP_BYTES", 16 << 10)
     url = local(tmp_path, payload=400, row_group_size=20)  # groups of ~20 KB decoded
     index = ShardIndex.build(url)
     expected = list(range(sum(SIZES)))
@@ -144,7 +144,7 @@ def test_the_memory_budget_bounds_the_bytes_held(tmp_path: Path, monkeypatch: An
 def test_with_no_budget_only_the_groups_needed_are_read(tmp_path: Path, monkeypatch: Any) -> None:
     """memory_budget=0: nothing is read ahead. The first batch needs the first group of
     each of the block's pieces and nothing more: the block is not read whole first."""
-    monkeypatch.setattr(parquet, "GROUP_BYTES", 1)
+    monkeypatch.setattr(parquet_meta, "GROUP_BYTES", 1)
     fs = fsspec.filesystem("file")
     write_dataset(fs, str(tmp_path / "d"), "parquet", [4000] * 4, row_group_size=1000)
     index = ShardIndex.build(str(tmp_path / "d"))
@@ -189,7 +189,7 @@ def test_readers_share_one_budget(tmp_path: Path, monkeypatch: Any) -> None:
     """Two readers given one MemoryBudget (as a mixture's streams would be) are bounded
     together: within the budget but for the groups each needs at once (at most two a
     piece of its block)."""
-    monkeypatch.setattr(parquet, "GROUP_BYTES", 16 << 10)
+    monkeypatch.setattr(parquet_meta, "GROUP_BYTES", 16 << 10)
     url = local(tmp_path, payload=400, row_group_size=20)
     index = ShardIndex.build(url)
     ds = StreamingDataset(index, batch_size=16)

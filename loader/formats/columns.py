@@ -71,7 +71,8 @@ class Block:
     With `kinds` (batch mode), each column is what its kind says (loader.kinds): tensor
     columns are numpy views, list columns stay Arrow, and plain list columns with a pad
     value are padded per take. Without (record mode), numbers are numpy where Arrow
-    allows."""
+    allows, and other columns numpy arrays of the Python objects Arrow's `to_pylist`
+    gives."""
 
     def __init__(
         self,
@@ -91,6 +92,7 @@ class Block:
         self.columns: dict[str, pa.Array] = {}  # the columns kept as Arrow
         self.arrays: dict[str, np.ndarray] = {}  # numeric: views of the Arrow buffers
         self._pads: dict[str, Any] = {}
+        self._object_bytes = 0  # Arrow bytes of the columns held as Python objects
         for name in self.names:
             chunks = [c for p in parts for c in p.column(name).chunks]
             kind = None if kinds is None else kinds.get(name)
@@ -101,6 +103,14 @@ class Block:
                 if kind is not None and (not kind.tensor or name in self._pads)
                 else _numeric(chunks, kind)
             )
+            if array is None and kinds is None:
+                # record mode: the column as Python objects, made once a group by Arrow's
+                # to_pylist (as the raw loop makes them a batch), then picked per record
+                # by numpy like numbers: measured 0.07 s a pass of 131,072 500-byte strings
+                # for Arrow's take across the groups, ~0.01 s this way
+                col = pa.chunked_array(chunks, type=parts[0].schema.field(name).type)
+                self._object_bytes += col.nbytes
+                array = np.fromiter(col.to_pylist(), dtype=object, count=len(col))
             if array is not None:
                 self.arrays[name] = array
             else:
@@ -116,9 +126,9 @@ class Block:
     @property
     def nbytes(self) -> int:
         """Bytes the block holds: its numeric and Arrow columns."""
-        numeric = sum(a.nbytes for a in self.arrays.values())
+        numeric = sum(a.nbytes for a in self.arrays.values() if a.dtype != object)
         arrow = sum(c.nbytes for c in self.columns.values())
-        return int(numeric + arrow)
+        return int(numeric + arrow + self._object_bytes)
 
     def release(self) -> None:
         """The block is done: its columns are dropped (taken rows are copies)."""

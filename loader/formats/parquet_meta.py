@@ -1,0 +1,281 @@
+"""Parquet footers: parsing, the index's details, byte ranges of row groups and columns,
+and the cache of parsed footers."""
+
+from __future__ import annotations
+
+import base64
+import itertools
+import re
+import threading
+from collections import OrderedDict
+from collections.abc import Sequence
+from typing import Any
+
+import numpy as np
+import pyarrow as pa
+import pyarrow.parquet as pq
+from fsspec.utils import merge_offset_ranges
+
+from ..errors import ShardError
+from ..shard import Shard
+from ..storage import FileEntry, redact
+
+__all__ = [
+    "GROUP_BYTES",
+    "TAIL",
+    "FooterCache",
+    "footer_details",
+    "leaf_columns",
+    "read_groups",
+    "schema_from_b64",
+    "schema_to_b64",
+]
+
+_MAGIC = b"PAR1"
+
+# A read group (the unit the loader decodes, and shuffles within: see sampler.plan) is a run
+# of consecutive row groups holding at least this many stored bytes (or the shard's rest).
+# Smaller row groups (pandas and HF datasets write ~1,000-row ones) are read together, so a
+# group is one coalesced read and shuffles more than a few rows; larger ones stay alone.
+GROUP_BYTES = 256 << 10
+
+
+def read_groups(row_rows: Sequence[int], row_bytes: Sequence[int]) -> list[int]:
+    """Records of each read group of a shard whose row groups hold `row_rows` records and
+    `row_bytes` stored bytes: consecutive row groups joined until GROUP_BYTES is reached.
+    A pure function of the index's row-group sizes, so the reading order it shapes is the
+    same wherever the index is built or loaded. Empty row groups join their neighbours."""
+    out: list[int] = []
+    rows = size = 0
+    for n, b in zip(row_rows, row_bytes):
+        rows, size = rows + int(n), size + int(b)
+        if size >= GROUP_BYTES and rows:
+            out.append(rows)
+            rows = size = 0
+    if rows:
+        if out and size < GROUP_BYTES // 4:
+            out[-1] += rows  # a short tail joins the group before it
+        else:
+            out.append(rows)
+    return out
+
+
+def footer_details(footer: bytes, url: str) -> tuple[pq.FileMetaData, dict[str, Any]]:
+    """The parsed metadata and the index details of a Parquet footer (metadata + 4-byte
+    length + magic).
+
+    Row group i holds rows [first_row[i], first_row[i] + rows[i]) and lies in bytes
+    [offsets[i], offsets[i] + lengths[i]) of the file.
+    """
+    try:
+        meta = _parse_footer(footer)
+        # schema-level metadata (pandas' index ranges, ...) differs from file to file
+        schema = meta.schema.to_arrow_schema().remove_metadata()
+    except (pa.ArrowException, OSError) as e:
+        raise ShardError(f"{redact(url)}: not a readable Parquet file ({e})") from e
+    pad = _legacy_padding(meta)
+    rows, offsets, lengths = [], [], []
+    # (top-level column, row group): uncompressed bytes of its leaf column chunks
+    leaves = [_leaf_count(f.type) for f in schema]
+    first_leaf = np.concatenate(([0], np.cumsum(leaves, dtype=np.int64)))
+    plain: list[list[int]] = [[] for _ in leaves]
+    for i in range(meta.num_row_groups):
+        rg = meta.row_group(i)
+        # a row group's bytes: from its first column chunk's first page to its last's end
+        starts = [_chunk_start(rg.column(j)) for j in range(rg.num_columns)]
+        ends = [s + rg.column(j).total_compressed_size + pad for j, s in enumerate(starts)]
+        rows.append(rg.num_rows)
+        offsets.append(min(starts, default=0))
+        lengths.append(max(ends, default=0) - min(starts, default=0))
+        for c, (a, b) in enumerate(itertools.pairwise(first_leaf.tolist())):
+            plain[c].append(sum(rg.column(j).total_uncompressed_size for j in range(a, b)))
+    return meta, {
+        "num_records": int(meta.num_rows),
+        "details": {
+            "row_group_rows": rows,
+            "row_group_offsets": offsets,
+            "row_group_bytes": lengths,
+            # per column of the file's schema, per row group: the column chunks' size
+            # uncompressed (encoded pages): the reader's memory estimate
+            "column_uncompressed_bytes": plain,
+            "footer_bytes": len(footer),  # metadata + 4-byte length + "PAR1"
+        },
+        "schema": schema_to_b64(schema),
+    }
+
+
+def _parse_footer(footer: bytes) -> pq.FileMetaData:
+    """Parquet metadata from a footer (metadata + 4-byte length + magic); pyarrow wants the
+    leading magic too."""
+    return pq.read_metadata(pa.BufferReader(_MAGIC + footer))
+
+
+def _chunk_start(col: Any) -> int:
+    """First byte of a column chunk: its dictionary page, if any, else its first data page.
+
+    parquet-cpp's guard (PARQUET-1402): old parquet-mr writers (Spark with parquet-mr 1.8)
+    set ``dictionary_page_offset = 0`` on chunks without a dictionary, so a dictionary page
+    exists only where ``0 < dictionary_page_offset < data_page_offset``."""
+    data = int(col.data_page_offset)
+    dictionary = col.dictionary_page_offset if col.has_dictionary_page else None
+    if dictionary is not None and 0 < int(dictionary) < data:
+        return int(dictionary)
+    return data
+
+
+_LEGACY_MR = re.compile(r"parquet-mr version (\d+)\.(\d+)\.(\d+)")
+_MAX_DICT_HEADER = 100  # parquet-cpp's kMaxDictHeaderSize
+
+
+def _legacy_padding(meta: Any) -> int:
+    """Bytes to add to each column chunk's length: parquet-mr 1.2.8 and older left the
+    dictionary page header out of total_compressed_size (PARQUET-816); parquet-cpp pads
+    by up to 100 bytes for them, and so do we."""
+    found = _LEGACY_MR.search(meta.created_by or "")
+    if found and tuple(int(x) for x in found.groups()) < (1, 2, 9):
+        return _MAX_DICT_HEADER
+    return 0
+
+
+def _leaf_count(t: pa.DataType) -> int:
+    """Parquet leaf columns an Arrow type is stored in."""
+    if isinstance(t, pa.BaseExtensionType):
+        return _leaf_count(t.storage_type)
+    if pa.types.is_struct(t):
+        return sum(_leaf_count(f.type) for f in t)
+    if pa.types.is_map(t):
+        return _leaf_count(t.key_type) + _leaf_count(t.item_type)
+    if pa.types.is_list(t) or pa.types.is_large_list(t) or pa.types.is_fixed_size_list(t):
+        return _leaf_count(t.value_type)
+    return 1
+
+
+def leaf_columns(meta: Any, columns: Sequence[str] | None) -> list[int]:
+    """Indices of the Parquet leaf columns holding the asked top-level columns (all when
+    None). By position in the schema, never by splitting dotted paths: a column may be
+    named ``feat.x``."""
+    key = (id(meta), None if columns is None else tuple(columns))
+    hit = _LEAVES.get(key)
+    if hit is not None and hit[0] is meta:
+        return hit[1]
+    out = _leaf_columns(meta, columns)
+    if len(_LEAVES) > 4096:
+        _LEAVES.clear()
+    _LEAVES[key] = (meta, out)
+    return out
+
+
+# (id(meta), columns) -> (meta, leaves): the meta kept so its id is not reused meanwhile
+_LEAVES: dict[tuple[int, tuple[str, ...] | None], tuple[Any, list[int]]] = {}
+
+
+def _leaf_columns(meta: Any, columns: Sequence[str] | None) -> list[int]:
+    fields = meta.schema.to_arrow_schema()
+    if columns is None:
+        return list(range(meta.num_columns))
+    wanted = set(columns)
+    out: list[int] = []
+    at = 0
+    for f in fields:
+        n = _leaf_count(f.type)
+        if f.name in wanted:
+            out.extend(range(at, at + n))
+        at += n
+    return out
+
+
+def schema_to_b64(schema: pa.Schema) -> str:
+    """An Arrow schema as text for JSON (its IPC serialization, base64)."""
+    return base64.b64encode(schema.serialize().to_pybytes()).decode("ascii")
+
+
+def schema_from_b64(text: str) -> pa.Schema:
+    return pa.ipc.read_schema(pa.py_buffer(base64.b64decode(text)))
+
+
+def _check_footer(tail: bytes, entry: FileEntry) -> int:
+    if entry.size < 12 or len(tail) != 8 or tail[4:] != _MAGIC:
+        raise ShardError(
+            f"{redact(entry.url)}: not a Parquet file (no PAR1 footer in its {entry.size} "
+            "bytes; truncated or corrupt?)"
+        )
+    length = int.from_bytes(tail[:4], "little")
+    if length + 12 > entry.size:
+        raise ShardError(f"{redact(entry.url)}: Parquet footer length {length} exceeds the file")
+    return length
+
+
+def _row_groups(shard: Shard, start: int, stop: int) -> tuple[int, list[int]]:
+    """(first row of the first group, the row groups overlapping rows [start, stop))."""
+    # (G+1,) first row of each row group, then the total
+    first = np.concatenate(([0], np.cumsum(shard.details["row_group_rows"])))
+    g0 = int(np.searchsorted(first, start, side="right")) - 1
+    g1 = int(np.searchsorted(first, stop, side="left"))
+    return int(first[g0]), list(range(g0, g1))
+
+
+MAX_GAP = 64_000  # fetch the gap between two needed column chunks when it is this small
+
+
+def _column_ranges(
+    url: str, meta: Any, groups: Sequence[int], columns: Sequence[str] | None
+) -> tuple[list[int], list[int]]:
+    """(starts, ends): byte ranges holding the asked columns' chunks in the given row
+    groups, neighbours closer than MAX_GAP merged."""
+    leaves = leaf_columns(meta, columns)
+    pad = _legacy_padding(meta)
+    starts, ends = [], []
+    for g in groups:
+        rg = meta.row_group(g)
+        for j in leaves:
+            col = rg.column(j)
+            begin = _chunk_start(col)
+            starts.append(begin)
+            ends.append(begin + col.total_compressed_size + pad)
+    _, starts, ends = merge_offset_ranges([url] * len(starts), starts, ends, max_gap=MAX_GAP)
+    return [int(a) for a in starts], [int(b) for b in ends]
+
+
+TAIL = 8 << 10  # indexing reads this much of a shard's end: its footer, mostly whole
+
+
+FooterKey = tuple[str, int, str | None]  # url, size, version: a shard's exact bytes
+
+
+class FooterCache:
+    """Parsed Parquet footers by (url, size, version), least recently used dropped once their
+    serialized sizes add up to more than `max_bytes` (the parsed form takes a few times
+    that). Thread-safe: reader threads share it."""
+
+    def __init__(self, max_bytes: int) -> None:
+        self.max_bytes = max_bytes
+        self._items: OrderedDict[FooterKey, tuple[pq.FileMetaData, int]]
+        self._items = OrderedDict()
+        self._bytes = 0
+        self._lock = threading.Lock()
+
+    def get(self, key: FooterKey) -> pq.FileMetaData | None:
+        with self._lock:
+            item = self._items.get(key)
+            if item is None:
+                return None
+            self._items.move_to_end(key)
+            return item[0]
+
+    def put(self, key: FooterKey, meta: pq.FileMetaData, nbytes: int) -> None:
+        with self._lock:
+            old = self._items.pop(key, None)
+            self._bytes += nbytes - (old[1] if old else 0)
+            self._items[key] = (meta, nbytes)
+            while self._bytes > self.max_bytes and len(self._items) > 1:
+                _, (_, n) = self._items.popitem(last=False)
+                self._bytes -= n
+
+    def __len__(self) -> int:
+        return len(self._items)
+
+
+# Footers parsed in this process: indexing fills it, so the process that built the index
+# (and DataLoader workers forked from it) fetches no footer again; a worker reading
+# several pieces of a shard fetches its footer once.
+_FOOTERS = FooterCache(64 << 20)
