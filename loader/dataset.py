@@ -7,7 +7,7 @@ import time
 import warnings
 from collections.abc import Iterable, Iterator, Mapping, Sequence
 from operator import length_hint
-from typing import Any, TypeVar
+from typing import Any, ClassVar, TypeVar
 
 import torch
 from torch.utils.data import IterableDataset, get_worker_info
@@ -154,12 +154,17 @@ class StreamingDataset(IterableDataset[Any]):
     lives in a shared-memory tensor.
     """
 
+    # The class a list of `loader.Stream` makes: loader.mixture.MixtureDataset, which
+    # builds on this one and registers itself here when imported (loader's __init__ imports
+    # it), so that the imports point one way: mixture -> dataset.
+    mixture_class: ClassVar[type[StreamingDataset] | None] = None
+
     def __new__(cls, source: Any = None, *args: Any, **kwargs: Any) -> StreamingDataset:
         """A list of `loader.Stream` makes a mixture (loader.mixture.MixtureDataset)."""
         if cls is StreamingDataset and is_mixture(source):
-            from .mixture import MixtureDataset
-
-            return super().__new__(MixtureDataset)
+            if StreamingDataset.mixture_class is None:  # loader.mixture not imported yet
+                raise RuntimeError("loader.mixture is not imported: import loader first")
+            return super().__new__(StreamingDataset.mixture_class)
         return super().__new__(cls)
 
     def __init__(

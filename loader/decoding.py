@@ -2,7 +2,7 @@
 
 A `_Group` is one read group of a reading (rows of one shard): its future gets the decoded
 block. `_Ahead` holds the fetched groups until they are decoded: by the consumer itself
-when it needs one (the default on 2 cores: see `decode_threads`), or by decoding threads a
+when it needs one (local files on 2 cores: see `decode_threads`), or by decoding threads a
 few groups ahead of need, in reading order.
 """
 
@@ -25,30 +25,37 @@ __all__ = ["FETCH_BYTES", "decode_threads", "decoding_pool"]
 FETCH_BYTES = 16 << 20  # off local disk, a shard's groups are fetched together up to this
 
 
-def decode_threads() -> int:
+def decode_threads(local: bool = True) -> int:
     """Threads that decode groups ahead of need, beside the consuming thread, which decodes
-    a group itself when it needs it and no thread has: the cores this process may use but
-    two (the consumer's, and one for the training loop); none inside a DataLoader worker
-    (a worker is one process a core).
+    a group itself when it needs it and no thread has.
 
-    Why so few: Python 3.11 has one GIL, and a decoding thread takes it back after every
-    pyarrow call, each time the consumer holds it. Measured on 2 cores (16 shards x 8,192
-    rows, `scripts/bench.py`): with one decoding thread the reader spent 2.9 us of CPU a
-    record, decoding in the consumer 2.3 us, and read faster too (pyarrow releases the GIL
-    while it decodes a group, so nothing else waits)."""
-    if get_worker_info() is not None:
-        return 0
+    Local files: the cores this process may use but two (the consumer's, and one for the
+    training loop); none inside a DataLoader worker (a worker is one process a core). With
+    Python's GIL a decoding thread takes the GIL back after every pyarrow call, each time
+    the consumer holds it: measured on 2 cores (`scripts/bench.py`, 16 shards x 8,192
+    rows), one decoding thread cost 2.9 us of CPU a record, decoding in the consumer 2.3
+    us, and read no faster (pyarrow releases the GIL while it decodes a group).
+
+    Remote shards (`local=False`): the cores but one, at least one, as before: the
+    consumer would otherwise decode while the fetching threads wait on it (measured over
+    S3 at 30 ms: 0.50x the ranged-GET limit with the consumer decoding, 0.79x with one
+    decoding thread)."""
     try:
         cores = len(os.sched_getaffinity(0))
     except AttributeError:  # not Linux
         cores = os.cpu_count() or 1
+    if not local:
+        return max(1, cores - 1)
+    if get_worker_info() is not None:
+        return 0
     return max(0, cores - 2)
 
 
-def decoding_pool() -> ThreadPoolExecutor:
-    """A pool for `decode_threads()` decoding threads (at least one thread object: an
+def decoding_pool(local: bool = True) -> ThreadPoolExecutor:
+    """A pool for `decode_threads(local)` decoding threads (at least one thread object: an
     executor needs one, and with no decoding threads nothing is submitted to it)."""
-    return ThreadPoolExecutor(max_workers=max(1, decode_threads()), thread_name_prefix="decode")
+    threads = max(1, decode_threads(local))
+    return ThreadPoolExecutor(max_workers=threads, thread_name_prefix="decode")
 
 
 class _Stopped(Exception):
@@ -68,10 +75,10 @@ class _Ahead:
     """
 
     def __init__(
-        self, limit: int, decoders: ThreadPoolExecutor, reader: PlanReader, fs: Any
+        self, limit: int, decoders: ThreadPoolExecutor, reader: PlanReader, fs: Any, threads: int
     ) -> None:
         self.limit, self.decoders, self.reader, self.fs = limit, decoders, reader, fs
-        self.threads = decode_threads()
+        self.threads = threads  # decoding threads (0: the consumer decodes every group)
         self.count = 0  # decoded groups the consumer does not need yet
         self.running = 0  # groups being decoded
         self.waiting: list[tuple[int, _Group, Any]] = []  # (order, group, fetched), sorted

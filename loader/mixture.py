@@ -44,7 +44,7 @@ from .dataset import RECORD_STEP, StreamingDataset, _shared_index
 from .decode import DecodeSpec
 from .formats import Format
 from .kinds import Kind, kinds_of
-from .pipeline import MemoryBudget, PlanReader, decoding_pool
+from .pipeline import MemoryBudget, PlanReader, decoding_pool, is_local
 from .retry import RetryPolicy
 from .state import Layout, check_state
 from .streams import STREAM, Stream, is_mixture
@@ -323,7 +323,7 @@ class MixtureDataset(StreamingDataset):
         budget = MemoryBudget(self.memory_budget // max(1, workers))
         # and one decoding pool: the streams' groups are decoded on the cores one stream
         # would use (a pool each ran 3 decoding threads on 2 cores; measured slower)
-        decoders = decoding_pool()
+        decoders = decoding_pool(all(is_local(i, o) for i, o in zip(self.indexes, self.options)))
         readers = [
             PlanReader(
                 idx,
@@ -521,3 +521,6 @@ def _gather(parts: list[Any], where: np.ndarray, pad: Any) -> Any:
         out[where[at : at + len(p)]] = p
         at += len(p)
     return out
+
+
+StreamingDataset.mixture_class = MixtureDataset  # see StreamingDataset.__new__

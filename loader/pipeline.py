@@ -58,6 +58,7 @@ __all__ = [
     "Run",
     "decode_threads",
     "decoding_pool",
+    "is_local",
 ]
 
 Run = tuple[Plan, int, int]  # records [start, stop) of a plan, in its reading order
@@ -69,6 +70,14 @@ CHUNK_RECORDS = 32768  # records of the reading order computed at once (small: t
 # decoded bytes per estimated byte until a group is measured: encoded pages are often
 # smaller than the decoded columns (dictionaries, run lengths), so start cautious
 FIRST_SCALE = 2.0
+
+
+def is_local(index: ShardIndex, storage_options: dict[str, Any] | None) -> bool:
+    """Whether the index's shards are local files."""
+    if not index.shards:
+        return True
+    fs, _ = filesystem(index.shards[0].url, dict(storage_options or {}))
+    return isinstance(fs, LocalFileSystem)
 
 
 class PlanReader:
@@ -153,9 +162,7 @@ class PlanReader:
     @property
     def local(self) -> bool:
         """Whether the shards are local files (no fetching ahead pays: see `_Reading`)."""
-        if not self.index.shards:
-            return True
-        return isinstance(filesystem(self.index.shards[0].url, self._options())[0], LocalFileSystem)
+        return is_local(self.index, self.storage_options)
 
     def _options(self) -> dict[str, Any]:
         """The storage options, with room for `read_threads` S3 connections unless the
@@ -260,9 +267,11 @@ class _Reading:
         self.current: dict[tuple[int, int], int] = {}  # (run, piece) -> the group read now
         window = max((plan.window for plan, _, _ in runs), default=1)
         self.shared = reader.decoders is not None
-        self.decoders = reader.decoders or decoding_pool()
+        local = isinstance(fs, LocalFileSystem)
+        self.decoders = reader.decoders or decoding_pool(local)
         self.planner = ThreadPoolExecutor(max_workers=1)
-        self.ahead = _Ahead(window + decode_threads(), self.decoders, reader, fs)
+        threads = decode_threads(local)
+        self.ahead = _Ahead(window + threads, self.decoders, reader, fs, threads)
         self.submitted = 0  # groups started, in reading order
         # local files with no decoding threads: the consumer also fetches (a local fetch
         # only finds the row groups; the decode reads the file) and plans, as a thread

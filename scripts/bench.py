@@ -3,6 +3,8 @@
     python scripts/bench.py [--shards 16] [--records-per-shard 10000] [--rounds 3]
                             [--s3] [--peers] [--scale 10] [--budgets 16,64] [--json]
                             [--s3-latency MS --s3-bandwidth MBPS [--s3-concurrency N]]
+                            [--row-group 2000] [--batch 256] [--tokens 128]
+                            [--text-chars A-B] [--no-tar] [--only a,b]
 
 Generates a dataset (an int64 id, a 128-token int32 list, a short string, an int64 label
 per record) as Parquet shards and the same records as tar shards, then runs each
@@ -15,10 +17,11 @@ measurement in its own process (so peak RSS is its own) --rounds times and repor
           workers), and with --s3 a raw s3fs read of the same Parquet bytes from a local
           moto S3 server;
   ours    StreamingDataset in batch and record mode, 0 and 2 DataLoader workers, local and
-          (--s3) over S3 (also as rank 0 of 4), Parquet and tar; --budgets repeats the local
-          batch run with other memory budgets (MiB); a mixture of the same shards as 3
-          weighted streams (10, 5 and 1 shards at 0.70, 0.28, 0.02; the same total records),
-          compared with the single source's batch run;
+          (--s3) over S3 (also as rank 0 of 4), Parquet and tar; a second pass of the same
+          dataset object (the steady state: the first pass not measured); --budgets
+          repeats the local batch run with other memory budgets (MiB); a mixture of the
+          same shards as 3 weighted streams (10, 5 and 1 shards at 0.70, 0.28, 0.02; the
+          same total records), compared with the single source's batch run;
   peers   (--peers, where installed: pip install 'shardstream[bench]') webdataset's
           WebDataset on the tar shards, Hugging Face datasets streaming the Parquet shards
           with split_dataset_by_node, torch's DistributedSampler over a map-style Parquet
@@ -67,8 +70,11 @@ from tqdm import tqdm
 
 COLUMNS = ["id", "tokens", "text"]
 SMALL = ["id", "text", "label"]  # small records: the record-mode limit case
-BATCH = 256
-TOKENS = 128
+# the data's shape (--batch, --tokens, --text-chars; passed to the measuring processes by
+# environment variables, so each reads what the parent wrote)
+BATCH = int(os.environ.get("BENCH_BATCH", 256))
+TOKENS = int(os.environ.get("BENCH_TOKENS", 128))
+TEXT_CHARS = os.environ.get("BENCH_TEXT_CHARS", "")  # "A-B": random texts of A..B chars
 
 
 # ---------------------------------------------------------------- data ----------------
@@ -80,7 +86,7 @@ def make_dataset(root: Path, shards: int, per_shard: int, row_group: int, tar: b
     for k in tqdm(range(shards), desc="writing shards", leave=False):
         ids = np.arange(k * per_shard, (k + 1) * per_shard, dtype=np.int64)
         tokens = rng.integers(0, 50_000, size=(per_shard, TOKENS), dtype=np.int32)
-        texts = [f"document {i}" for i in ids]
+        texts = _texts(ids, rng)
         flat = pa.FixedSizeListArray.from_arrays(tokens.ravel(), TOKENS)
         table = pa.table(
             {
@@ -103,6 +109,15 @@ def make_dataset(root: Path, shards: int, per_shard: int, row_group: int, tar: b
                     info = tarfile.TarInfo(f"r{i:09d}.{ext}")
                     info.size = len(data)
                     tf.addfile(info, io.BytesIO(data))
+
+
+def _texts(ids: np.ndarray, rng: np.random.Generator) -> list[str]:
+    """ "document N", or (TEXT_CHARS "A-B") texts of A..B characters."""
+    if not TEXT_CHARS:
+        return [f"document {i}" for i in ids]
+    lo, hi = (int(x) for x in TEXT_CHARS.split("-"))
+    base = "the quick brown fox jumps over the lazy dog " * (hi // 44 + 1)
+    return [f"{i} {base[: int(n)]}" for i, n in zip(ids, rng.integers(lo, hi + 1, ids.size))]
 
 
 # ---------------------------------------------------------------- runs ----------------
@@ -139,6 +154,9 @@ def raw_s3(endpoint: str) -> Iterator[int]:
         yield len(fs.cat_file(key))
 
 
+RESTART = -1  # a run yields this after a warm-up: measure_one starts its clocks again
+
+
 def _identity(item: Any) -> Any:
     return item
 
@@ -157,7 +175,8 @@ def ours(
     list element); in record mode one that sends lists of BATCH records from each worker
     (per-record items would pay the DataLoader's inter-process cost once per record).
     `opts`: "budget" (memory_budget, bytes), "index" (a saved index to start from),
-    "pool" (the S3 client's connections)."""
+    "pool" (the S3 client's connections), "passes" (0 workers: read that many passes of
+    the same dataset object and measure the last: the steady state)."""
     from torch.utils.data import DataLoader
 
     from loader import StreamingDataset
@@ -180,6 +199,10 @@ def ours(
         **extra,
     )
     if not workers:
+        for _ in range(int(opts.get("passes", 1)) - 1):  # warm-up passes, not measured
+            for _ in ds:
+                pass
+            yield RESTART
         for item in ds:
             yield len(item["__key__" if tar else "id"]) if batch else 1
     elif batch:
@@ -397,6 +420,21 @@ RUNS: dict[str, tuple[str, str, Callable[[Path, str | None], Iterator[int]]]] = 
         "ours",
         lambda d, e, o: ours_mixture(d, 2),
     ),
+    "ours batch local w0, rank 0 of 4": (
+        "raw pyarrow decode",
+        "ours",
+        lambda d, e, o: ours(str(d / "parquet"), True, 0, None, replicas=4),
+    ),
+    "ours batch local w0, second pass": (
+        "raw pyarrow decode",
+        "ours",
+        lambda d, e, o: ours(str(d / "parquet"), True, 0, None, opts={"passes": 2}),
+    ),
+    "ours record local w0, small records, second pass": (
+        "raw pyarrow to_pylist, small records",
+        "ours",
+        lambda d, e, o: ours(str(d / "parquet"), False, 0, None, columns=SMALL, opts={"passes": 2}),
+    ),
     "ours record local w0": (
         "raw pyarrow to_pylist",
         "ours",
@@ -512,11 +550,18 @@ def measure_one(
     """Run one measurement in this process: time, items, time to first item, peak RSS and
     the process's size after imports (the baseline the growth is counted from)."""
     _preload()
+    from loader.retry import bytes_fetched  # this process's reads (not its workers')
+
+    fetched0 = 0
     base = _peak_rss_kb()
     cpu0 = _cpu_seconds()
     t0 = time.perf_counter()
     first, count = None, 0
     for n in RUNS[name][2](data, endpoint, opts):
+        if n == RESTART:  # what came before was a warm-up: measure from here
+            t0, cpu0, first, count = time.perf_counter(), _cpu_seconds(), None, 0
+            fetched0 = bytes_fetched()
+            continue
         if first is None:
             first = time.perf_counter() - t0
         count += n
@@ -524,7 +569,6 @@ def measure_one(
     cpu = _cpu_seconds() - cpu0
     own = _peak_rss_kb()
     kids = resource.getrusage(resource.RUSAGE_CHILDREN).ru_maxrss  # DataLoader workers
-    from loader.retry import bytes_fetched  # this process's reads (not its workers')
 
     return {
         "seconds": seconds,
@@ -533,7 +577,7 @@ def measure_one(
         "first_s": first or 0.0,
         "peak_rss_mb": max(own, kids) / 1024,
         "base_rss_mb": base / 1024,
-        "fetched": bytes_fetched(),
+        "fetched": bytes_fetched() - fetched0,
         "stats": dict(_STATS),
     }
 
@@ -695,10 +739,15 @@ def our_ranges(endpoint: str, columns: list[str]) -> tuple[Any, list[list[Any]]]
 
 
 def main() -> None:
+    global BATCH, TOKENS, TEXT_CHARS  # the data's shape, from the arguments
     p = argparse.ArgumentParser(description=__doc__.split("\n")[0] if __doc__ else None)
     p.add_argument("--shards", type=int, default=16)
     p.add_argument("--records-per-shard", type=int, default=10_000)
     p.add_argument("--row-group", type=int, default=2_000)
+    p.add_argument("--batch", type=int, default=BATCH, help="records a batch (256)")
+    p.add_argument("--tokens", type=int, default=TOKENS, help="int32 tokens a record (128)")
+    p.add_argument("--text-chars", default=TEXT_CHARS, help='"A-B": texts of A..B characters')
+    p.add_argument("--no-tar", action="store_true", help="Parquet only (no tar runs)")
     p.add_argument("--rounds", type=int, default=3)
     p.add_argument("--s3", action="store_true", help="also measure through a local S3 server")
     p.add_argument("--peers", action="store_true", help="also measure the peers")
@@ -707,7 +756,9 @@ def main() -> None:
     p.add_argument("--s3-latency", type=float, help="shaped S3: ms before each first byte")
     p.add_argument("--s3-bandwidth", type=float, help="shaped S3: MB/s per connection")
     p.add_argument("--s3-concurrency", type=int, default=32, help="raw limit's GETs in flight")
-    p.add_argument("--only", default="", help="only the runs whose names contain this")
+    p.add_argument(
+        "--only", default="", help="only the runs whose names contain one of these (a,b)"
+    )
     p.add_argument("--json", action="store_true", help="print JSON only")
     p.add_argument("--one", help=argparse.SUPPRESS)
     p.add_argument("--data", help=argparse.SUPPRESS)
@@ -718,6 +769,8 @@ def main() -> None:
     os.environ.setdefault("AWS_ACCESS_KEY_ID", "bench")
     os.environ.setdefault("AWS_SECRET_ACCESS_KEY", "bench")
     os.environ.setdefault("BENCH_SHARDS", str(args.shards))
+    BATCH, TOKENS, TEXT_CHARS = args.batch, args.tokens, args.text_chars
+    os.environ.update(BENCH_BATCH=str(BATCH), BENCH_TOKENS=str(TOKENS), BENCH_TEXT_CHARS=TEXT_CHARS)
     if args.one:
         opts = json.loads(args.opts)
         print(json.dumps(measure_one(args.one, Path(args.data), args.endpoint, opts)))
@@ -725,7 +778,9 @@ def main() -> None:
 
     tmp = Path(tempfile.mkdtemp(prefix="shardstream-bench-"))
     try:
-        make_dataset(tmp / "data", args.shards, args.records_per_shard, args.row_group)
+        make_dataset(
+            tmp / "data", args.shards, args.records_per_shard, args.row_group, not args.no_tar
+        )
         records = args.shards * args.records_per_shard
         parquet = sorted((tmp / "data" / "parquet").glob("*.parquet"))
         nbytes = {
@@ -737,7 +792,7 @@ def main() -> None:
             | ({"s3"} if args.s3 else set())
             | ({"peers"} if args.peers else set())
         )
-        names = [n for n, (_, g, _) in RUNS.items() if g in groups and args.only in n]
+        names = [n for n, (_, g, _) in RUNS.items() if g in groups and _chosen(n, args.only)]
         rows: list[dict[str, Any]] = []
 
         def measure(name: str, data: Path, endpoint: str | None, opts: Any = None) -> None:
@@ -763,7 +818,9 @@ def main() -> None:
             key = "mb_per_s" if (r["limit"] or "").startswith("raw s3fs") else "records_per_s"
             r["ratio_to_limit"] = r[key] / limit[key] if limit and limit[key] else None
             cpu, limit_cpu = r.get("cpu_us_per_record"), (limit or {}).get("cpu_us_per_record")
-            r["cpu_x_limit"] = cpu / limit_cpu if cpu and limit_cpu and key != "mb_per_s" else None
+            # (a raw ranged-GET limit decodes nothing: no CPU ratio against it)
+            decodes = key != "mb_per_s" and not (r["limit"] or "").startswith("raw ranged GETs")
+            r["cpu_x_limit"] = cpu / limit_cpu if cpu and limit_cpu and decodes else None
         report(rows, nbytes, args)
     finally:
         shutil.rmtree(tmp, ignore_errors=True)
@@ -789,7 +846,7 @@ def shaped(
         ranges_path.write_text(json.dumps(ranges))
         n = args.s3_concurrency
         opts = {"index": str(index_path), "ranges": str(ranges_path), "concurrency": n}
-        names = [k for k, v in RUNS.items() if v[1] == "shaped" and args.only in k]
+        names = [k for k, v in RUNS.items() if v[1] == "shaped" and _chosen(k, args.only)]
         for name in tqdm(names, desc="shaped S3", leave=False):
             results = [
                 run_isolated(name, tmp / "data", proxy.url, opts) for _ in range(args.rounds)
@@ -826,6 +883,11 @@ def scaled(args: argparse.Namespace, tmp: Path) -> list[dict[str, Any]]:
                     limit = row["limit"] and row["limit"] + tag
                     rows.append({**row, "run": name + tag, "limit": limit})
     return rows
+
+
+def _chosen(name: str, only: str) -> bool:
+    """Whether --only (comma-separated parts of names; empty: all) selects this run."""
+    return not only or any(part and part in name for part in only.split(","))
 
 
 @contextmanager

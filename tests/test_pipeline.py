@@ -4,6 +4,7 @@ budget counted by the loader itself; records counted exactly however a consumer 
 from __future__ import annotations
 
 import itertools
+import threading
 import warnings
 from collections import Counter
 from pathlib import Path
@@ -13,7 +14,7 @@ import fsspec
 import pytest
 from torch.utils.data import DataLoader
 
-from loader import ShardIndex, StreamingDataset
+from loader import ShardIndex, StaleIndexError, StreamingDataset
 from loader.formats import parquet_meta
 from loader.pipeline import MemoryBudget, PlanReader
 from sampler import ShardSampler
@@ -36,6 +37,20 @@ def local(tmp_path: Path, payload: int = 0, row_group_size: int = 40) -> str:
     return str(tmp_path / "d")
 
 
+def source(
+    request: pytest.FixtureRequest, tmp_path: Path, storage: str, bucket: str
+) -> tuple[str, dict[str, Any]]:
+    """(url, storage options) of the SIZES dataset, in row groups of 40: local, or in a new
+    bucket of the test S3 server."""
+    if storage == "local":
+        return local(tmp_path), {}
+    s3 = request.getfixturevalue("s3")
+    fs = s3.fs()
+    fs.mkdir(bucket)
+    write_dataset(fs, f"{bucket}/d", "parquet", SIZES, row_group_size=40)
+    return f"s3://{bucket}/d", s3.storage_options
+
+
 def ids(items: Any) -> list[int]:
     out: list[int] = []
     for x in items:
@@ -54,14 +69,7 @@ def test_pieces_are_read_group_by_group_in_the_samplers_order(
     batch_size: int | None,
     workers: int,
 ) -> None:
-    if storage == "local":
-        url, options = local(tmp_path), {}
-    else:
-        s3 = request.getfixturevalue("s3")
-        fs = s3.fs()
-        fs.mkdir("grouped")
-        write_dataset(fs, "grouped/d", "parquet", SIZES, row_group_size=40)
-        url, options = "s3://grouped/d", s3.storage_options
+    url, options = source(request, tmp_path, storage, "grouped")
     index = ShardIndex.build(url, options)
     for rank in range(2):
         ds = StreamingDataset(
@@ -83,6 +91,52 @@ def test_pieces_are_read_group_by_group_in_the_samplers_order(
                     for s, r in zip(c.shards, c.rows)
                 ]
                 assert [i for i in got if i in set(want)] == want
+
+
+@pytest.mark.usefixtures("one_row_group_a_group")
+@pytest.mark.parametrize("storage", ["local", "s3"])
+@pytest.mark.parametrize("batch_size", [None, 32])
+def test_decoding_threads_read_the_same_order(
+    request: pytest.FixtureRequest,
+    tmp_path: Path,
+    monkeypatch: pytest.MonkeyPatch,
+    storage: str,
+    batch_size: int | None,
+) -> None:
+    """Local files on more than 2 cores, and remote shards, have `decode_threads()` threads
+    decoding ahead of the consumer (local files on this 2-core machine none): forced on,
+    the reading is the same, in the same order, and a failing read still names its shard."""
+    from loader import decoding, pipeline
+
+    url, options = source(request, tmp_path, storage, "threads")
+
+    def read() -> list[int]:
+        ds = StreamingDataset(url, seed=4, batch_size=batch_size, storage_options=options)
+        return ids(ds)
+
+    seen: set[str] = set()
+    decode = PlanReader.decode
+
+    def counted(self: Any, *args: Any) -> Any:
+        seen.add(threading.current_thread().name)
+        return decode(self, *args)
+
+    monkeypatch.setattr(PlanReader, "decode", counted)
+    want = read()
+    if decoding.decode_threads(storage == "local") == 0:  # 2 cores, local: the consumer
+        # decodes every group (off local disk a decoding thread does)
+        assert seen == {threading.main_thread().name}
+    for threads in (1, 3):
+        monkeypatch.setattr(decoding, "decode_threads", lambda local=True, n=threads: n)
+        monkeypatch.setattr(pipeline, "decode_threads", lambda local=True, n=threads: n)
+        seen.clear()
+        assert read() == want
+        assert any(name.startswith("decode") for name in seen)  # threads did decode
+    if storage == "local":  # a shard gone after indexing: the error names it
+        ds = StreamingDataset(url, seed=4, batch_size=batch_size)
+        (tmp_path / "d" / "part-00002.parquet").unlink()
+        with pytest.raises(StaleIndexError, match="part-00002"):
+            ids(ds)
 
 
 @pytest.mark.usefixtures("one_row_group_a_group")
