@@ -68,7 +68,8 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 from tqdm import tqdm
 
-COLUMNS = ["id", "tokens", "text"]
+# the batch-mode columns (--columns)
+COLUMNS = os.environ.get("BENCH_COLUMNS", "id,tokens,text").split(",")
 SMALL = ["id", "text", "label"]  # small records: the record-mode limit case
 # the data's shape (--batch, --tokens, --text-chars; passed to the measuring processes by
 # environment variables, so each reads what the parent wrote)
@@ -739,7 +740,7 @@ def our_ranges(endpoint: str, columns: list[str]) -> tuple[Any, list[list[Any]]]
 
 
 def main() -> None:
-    global BATCH, TOKENS, TEXT_CHARS  # the data's shape, from the arguments
+    global BATCH, TOKENS, TEXT_CHARS, COLUMNS  # the data's shape, from the arguments
     p = argparse.ArgumentParser(description=__doc__.split("\n")[0] if __doc__ else None)
     p.add_argument("--shards", type=int, default=16)
     p.add_argument("--records-per-shard", type=int, default=10_000)
@@ -748,6 +749,7 @@ def main() -> None:
     p.add_argument("--tokens", type=int, default=TOKENS, help="int32 tokens a record (128)")
     p.add_argument("--text-chars", default=TEXT_CHARS, help='"A-B": texts of A..B characters')
     p.add_argument("--no-tar", action="store_true", help="Parquet only (no tar runs)")
+    p.add_argument("--columns", default=",".join(COLUMNS), help="batch-mode columns (a,b)")
     p.add_argument("--rounds", type=int, default=3)
     p.add_argument("--s3", action="store_true", help="also measure through a local S3 server")
     p.add_argument("--peers", action="store_true", help="also measure the peers")
@@ -770,6 +772,7 @@ def main() -> None:
     os.environ.setdefault("AWS_SECRET_ACCESS_KEY", "bench")
     os.environ.setdefault("BENCH_SHARDS", str(args.shards))
     BATCH, TOKENS, TEXT_CHARS = args.batch, args.tokens, args.text_chars
+    COLUMNS = args.columns.split(",")
     os.environ.update(BENCH_BATCH=str(BATCH), BENCH_TOKENS=str(TOKENS), BENCH_TEXT_CHARS=TEXT_CHARS)
     if args.one:
         opts = json.loads(args.opts)
