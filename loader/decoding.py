@@ -179,7 +179,15 @@ class _Ahead:
                         return True, self.waiting.pop(i)[2]
                 if self.threads or entry.future.done():
                     return False, None
-                self._lock.wait(0.05)  # notified by `fetched`; the timeout covers failures
+                # notified by `fetched` and by any group's end (`_finish`); the timeout only
+                # guards against a path that ends a group without either
+                self._lock.wait(1.0)
+
+    def wake(self) -> None:
+        """A group's reading ended (decoded, failed, let go): a consumer waiting in `take`
+        looks again."""
+        with self._lock:
+            self._lock.notify_all()
 
     def decode_here(self, entry: _Group, raw: Any) -> None:
         self._decode(entry, raw)
@@ -204,11 +212,13 @@ def _first(item: tuple[int, _Group, Any]) -> int:
 
 
 def _finish(entry: _Group, block: Any, error: BaseException | None = None) -> None:
-    """Complete a group's future with its block (None: let go unread) or its error."""
+    """Complete a group's future with its block (None: let go unread) or its error, and
+    wake a consumer waiting for its bytes (`_Ahead.take`)."""
     if error is not None:
         entry.future.set_exception(error)
     else:
         entry.future.set_result(block)
+    entry.ahead.wake()
 
 
 class _Group:

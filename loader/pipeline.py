@@ -278,7 +278,7 @@ class _Reading:
         # local files with no decoding threads: the consumer also fetches (a local fetch
         # only finds the row groups; the decode reads the file) and plans, as a thread
         # of its own would take the GIL from it for as long (measured: -0.1 us a record)
-        self.inline = isinstance(fs, LocalFileSystem) and not self.ahead.threads
+        self.inline = local and not threads
         if reader.prefetch is not None:
             self.budget = self._prefetch_budget(reader.prefetch)
 
