@@ -2,7 +2,17 @@
 
 from __future__ import annotations
 
-__all__ = ["ShardError", "StaleIndexError", "StaleSidecarError"]
+import re
+
+__all__ = ["ShardError", "StaleIndexError", "StaleSidecarError", "redact"]
+
+_USERINFO = re.compile(r"(?<=://)[^/@\s]+@")
+
+
+def redact(url: str) -> str:
+    """The URL with any embedded credentials (``scheme://user:pass@host``) replaced, for
+    messages and logs."""
+    return _USERINFO.sub("***@", str(url))
 
 
 class ShardError(Exception):

@@ -19,7 +19,7 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import Any, TypeVar
 
-from .errors import ShardError, StaleIndexError
+from .errors import ShardError
 from .stats import current
 from .storage import Indexed, cat_ranges, denied, redact
 
@@ -234,8 +234,14 @@ def read_ranges(
             elif len(data) < e - b:  # short: keep what came, ask for the rest
                 parts[i][b] = data
                 retry.append((i, b + len(data), e))
+            elif len(data) > e - b:  # not the bytes asked for: never cut them to size
+                raise ShardError(
+                    f"{redact(urls[i])}: a read of bytes [{b}, {e}) returned {len(data)} "
+                    "bytes, more than asked: the storage ignored the byte range (a server "
+                    "without Range support?)"
+                )
             else:
-                parts[i][b] = data[: e - b]
+                parts[i][b] = data
         if retry:
             wait = policy.delay(max(failures.values(), default=1) - 1)
             if last is not None and policy.out_of_time(first_failure, wait):
@@ -261,7 +267,7 @@ def _check(
     """Count a failed try of `block` (range index, first byte); raise when the error is
     permanent or the block is out of attempts."""
     b = block[1]
-    if isinstance(error, StaleIndexError):
+    if isinstance(error, ShardError):  # stale, a range ignored: already names the shard
         raise error
     if isinstance(error, FileNotFoundError):
         raise FileNotFoundError(f"{redact(url)}: shard not found") from error

@@ -19,7 +19,8 @@ from fsspec.asyn import sync
 from fsspec.core import split_protocol, url_to_fs
 from fsspec.implementations.local import LocalFileSystem
 
-from .errors import StaleIndexError
+from .errors import StaleIndexError, redact
+from .ranged_get import HTTP_CONCURRENCY, S3_CONCURRENCY, http_ranges, is_http, s3_ranges
 
 __all__ = [
     "FileEntry",
@@ -56,12 +57,6 @@ def as_url(source: object) -> Any:
     return source
 
 
-def redact(url: str) -> str:
-    """The URL with any embedded credentials (``scheme://user:pass@host``) replaced, for
-    messages and logs."""
-    return _USERINFO.sub("***@", str(url))
-
-
 def strip_credentials(url: str) -> str:
     """The URL without embedded credentials, for what is saved (credentials belong in
     storage_options or the environment)."""
@@ -83,7 +78,6 @@ S3_RETRIES = 1  # s3fs: tries of each call (its wrapper nests: more would multip
 S3_TOTAL_ATTEMPTS = 2  # botocore: the request and one retry (a stale pooled connection)
 S3_CONNECT_TIMEOUT = 5.0  # seconds to open a connection (s3fs's own default)
 S3_READ_TIMEOUT = 10.0  # seconds without a byte from an open connection (s3fs's: 15)
-S3_CONCURRENCY = 64  # ranged GETs in flight at once, and connections kept (botocore: 10)
 
 
 def s3_defaults(storage_options: dict[str, Any] | None) -> dict[str, Any]:
@@ -158,7 +152,15 @@ def version_of(fs: Any, info: dict[str, Any]) -> str | None:
     modification time the filesystem reports."""
     if isinstance(fs, LocalFileSystem):
         return _local_version(os.stat(info["name"]))
-    for key in ("ETag", "etag", "mtime", "LastModified", "last_modified", "created"):
+    for key in (
+        "ETag",
+        "etag",
+        "mtime",
+        "LastModified",
+        "Last-Modified",
+        "last_modified",
+        "created",
+    ):
         if info.get(key) is not None:
             return str(info[key]).strip('"')
     return None
@@ -168,6 +170,11 @@ def entry_of(fs: Any, info: dict[str, Any], url: str | None = None) -> FileEntry
     """The FileEntry of an fsspec info dict; `url` names the file as the user gave it
     (default: the filesystem's full URL)."""
     name = url if url is not None else fs.unstrip_protocol(info["name"])
+    if info.get("size") is None:
+        raise ValueError(
+            f"{redact(name)}: the storage gives no size for this file (an HTTP server "
+            "without Content-Length?): shardstream needs it to read by ranges"
+        )
     return FileEntry(name, int(info["size"]), version_of(fs, info))
 
 
@@ -225,12 +232,14 @@ def cat_ranges(
     version are checked after the read (`check_version`: one stat locally).
     """
     paths = [fs._strip_protocol(u) for u in urls]
+    got: list[bytes | BaseException]
     if indexed is not None and _is_s3(fs):
-        etags = [v for _, v in indexed]
-        return list(sync(fs.loop, _s3_ranges, fs, urls, paths, starts, ends, etags))
-    got: list[bytes | BaseException] = fs.cat_ranges(
-        paths, list(starts), list(ends), on_error="return"
-    )
+        return list(sync(fs.loop, s3_ranges, fs, urls, paths, starts, ends, indexed))
+    if is_http(fs):
+        sizes = [None] * len(urls) if indexed is None else [size for size, _ in indexed]
+        got = list(sync(fs.loop, http_ranges, fs, paths, starts, ends, sizes))
+    else:
+        got = fs.cat_ranges(paths, list(starts), list(ends), on_error="return")
     if indexed is not None:
         stale: dict[str, BaseException | None] = {}
         for i, url in enumerate(urls):
@@ -244,66 +253,6 @@ def cat_ranges(
             if error is not None:
                 got[i] = error
     return got
-
-
-async def _s3_ranges(
-    fs: Any,
-    urls: Sequence[str],
-    paths: Sequence[str],
-    starts: Sequence[int],
-    ends: Sequence[int],
-    etags: Sequence[str | None],
-) -> list[bytes | BaseException]:
-    """Ranged GETs with If-Match, through s3fs's ``_call_s3`` (its session, endpoint,
-    credentials, error translation). fsspec's ``cat_ranges`` takes no per-range headers,
-    hence this. A store that cannot evaluate If-Match (s3fs's ``local_expiry_check``) gets
-    the ETag compared on the answer instead, as s3fs itself does."""
-    gate = asyncio.Semaphore(S3_CONCURRENCY)
-    local_check = bool(getattr(fs, "local_expiry_check", False))
-
-    async def one(i: int) -> bytes:
-        if ends[i] <= starts[i]:
-            return b""
-        bucket, key, version_id = fs.split_path(paths[i])
-        kw: dict[str, Any] = {"Range": f"bytes={starts[i]}-{ends[i] - 1}"}
-        if version_id:
-            kw["VersionId"] = version_id
-        if etags[i] and not local_check:
-            kw["IfMatch"] = f'"{etags[i]}"'
-        async with gate:
-            try:
-                resp = await fs._call_s3("get_object", Bucket=bucket, Key=key, **kw)
-            except OSError as e:
-                if _precondition_failed(e):
-                    raise _stale_etag(urls[i], etags[i]) from e
-                raise
-            try:
-                if local_check and etags[i] and resp.get("ETag", "").strip('"') != etags[i]:
-                    raise _stale_etag(urls[i], etags[i])
-                data: bytes = await resp["Body"].read()
-                return data
-            finally:
-                resp["Body"].close()
-
-    return list(await asyncio.gather(*(one(i) for i in range(len(paths))), return_exceptions=True))
-
-
-def _precondition_failed(e: BaseException) -> bool:
-    """s3fs turns a 412 into OSError(EINVAL) caused by botocore's ClientError."""
-    cause = e.__cause__ or e.__context__
-    response = getattr(cause, "response", None)
-    if not isinstance(response, dict):
-        return False
-    code = response.get("Error", {}).get("Code")
-    status = response.get("ResponseMetadata", {}).get("HTTPStatusCode")
-    return bool(code == "PreconditionFailed" or status == 412)
-
-
-def _stale_etag(url: str, etag: str | None) -> StaleIndexError:
-    return StaleIndexError(
-        f"{redact(url)}: the shard changed since the index was built (its ETag is no "
-        f"longer {etag}); rebuild the index"
-    )
 
 
 def _root(path: str) -> str:
@@ -366,14 +315,37 @@ def list_files(
     except PermissionError as e:
         raise denied(url, e) from None
     entries = []
-    for info in infos:
-        if info.get("type", "file") != "file":
-            continue
+    for info in _sized(fs, [i for i in infos if i.get("type", "file") == "file"]):
         name = fs._strip_protocol(info["name"])
         rel = name[len(root) :].lstrip("/") if name.startswith(root) else name
         shown = f"{given}/{rel}" if given else rel
         entries.append(FileEntry(shown, int(info["size"]), version_of(fs, info), rel))
     return sorted(entries, key=lambda e: e.relpath)
+
+
+def _sized(fs: Any, infos: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    """The infos, each with its size and version: an HTTP listing (links on an index page)
+    gives neither, so each file's are asked (a HEAD each, concurrently)."""
+    if not infos or not is_http(fs):
+        return infos
+
+    async def all_infos() -> list[dict[str, Any]]:
+        gate = asyncio.Semaphore(HTTP_CONCURRENCY)
+
+        async def one(info: dict[str, Any]) -> dict[str, Any]:
+            async with gate:
+                got: dict[str, Any] = await fs._info(info["name"])
+            if got.get("size") is None:
+                raise ValueError(
+                    f"{redact(info['name'])}: the server gives no size for this file "
+                    "(no Content-Length): shardstream needs it to read by ranges"
+                )
+            return {**info, **got, "name": info["name"]}
+
+        return list(await asyncio.gather(*(one(i) for i in infos)))
+
+    out: list[dict[str, Any]] = sync(fs.loop, all_infos)
+    return out
 
 
 def file_entry(url: str, storage_options: dict[str, Any] | None = None) -> FileEntry:
