@@ -12,12 +12,14 @@ every rank scans its part and all assemble the same index (loader.distributed_in
 from __future__ import annotations
 
 import logging
+import os
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
 import numpy as np
 import pyarrow as pa
+from fsspec.core import split_protocol
 
 from .errors import StaleSidecarError
 from .formats import format_for, format_of_url, known_suffixes
@@ -29,7 +31,14 @@ from .partitions import hive_values, is_hidden, partition_schema
 from .retry import RetryPolicy, retrying
 from .schemas import unify_schemas
 from .shard import Shard
-from .storage import FileEntry, file_entry, filesystem, list_files, redact
+from .storage import (
+    FileEntry,
+    file_entry,
+    filesystem,
+    list_files,
+    redact,
+    strip_credentials,
+)
 
 __all__ = ["SCAN_BATCH", "Hint", "Listing", "assemble", "discover", "scan", "shares"]
 
@@ -114,12 +123,6 @@ def _list_dir(
     listed_files = [e for e in found if not is_hidden(e.relpath)]
     # a manifest kept beside the shards (train.manifest.parquet) is not one of them
     entries = [e for e in listed_files if format_of_url(e.url) and not is_manifest(e.url)]
-    if not entries:
-        raise FileNotFoundError(
-            f"{redact(source)}: no shards found ({len(found)} files, none ending in "
-            f"{known_suffixes()} outside folders and files starting with _ or .)"
-        )
-    companions = [e for e in listed_files if e.url.lower().endswith(_COMPANIONS)]
     skipped = [
         e.relpath or e.url
         for e in listed_files
@@ -127,6 +130,15 @@ def _list_dir(
         and not e.url.lower().endswith(_COMPANIONS)
         and not is_manifest(e.url)
     ]
+    if not entries:
+        names = [e.relpath or e.url for e in found]
+        raise FileNotFoundError(
+            f"{redact(source)}: no shards found ({len(found)} files, none ending in "
+            f"{known_suffixes()} outside folders and files starting with _ or .)"
+            + (f", e.g. {', '.join(names[:_EXAMPLES])}" if names else "")
+            + _hint(names)
+        )
+    companions = [e for e in listed_files if e.url.lower().endswith(_COMPANIONS)]
     if skipped:
         log.warning(
             "%s: skipped %d file(s) that are not shards (shard suffixes: %s), e.g. %s",
@@ -144,11 +156,19 @@ def _list_dir(
     return entries, companions
 
 
+def _hint(names: Sequence[str]) -> str:
+    """What to do with files of a kind users often have."""
+    if any(n.lower().endswith((".npy", ".npz", ".csv", ".jsonl", ".zip")) for n in names):
+        return "; convert them to Parquet (pyarrow, pandas, polars, HF datasets' to_parquet)"
+    return ""
+
+
 def _check_known(urls: Sequence[str]) -> None:
     for url in urls:
         if not format_of_url(url):
             raise ValueError(
                 f"{redact(url)}: unknown shard format; known suffixes: {known_suffixes()}"
+                + _hint([url])
             )
 
 
@@ -159,7 +179,26 @@ def _list_urls(urls: Sequence[str], storage_options: dict[str, Any] | None) -> l
             "the source list is empty: give shard URLs, or loader.Stream objects for a mixture"
         )
     _check_known(urls)
+    _check_distinct(urls)
     return [file_entry(u, storage_options) for u in urls]
+
+
+def _check_distinct(urls: Sequence[str]) -> None:
+    """ValueError naming a file the list names twice: each record is read once an epoch,
+    so a repeated shard would be read twice without a word (weights are a mixture's)."""
+    seen: dict[str, str] = {}
+    for url in urls:
+        protocol, path = split_protocol(strip_credentials(url))
+        key = (
+            os.path.abspath(path) if protocol in (None, "file", "local") else f"{protocol}://{path}"
+        )
+        if key in seen:
+            raise ValueError(
+                f"{redact(url)}: named twice in the source list (also as {redact(seen[key])}); "
+                "each shard is read once an epoch: list it once, or give it a weight in a "
+                "mixture (loader.Stream(..., weight=...))"
+            )
+        seen[key] = url
 
 
 def _one_format(entries: Sequence[FileEntry]) -> str:
@@ -332,18 +371,23 @@ def assemble(
     name = listing.format
     schemas: list[pa.Schema] = []
     partitioning = None
-    if name == "parquet" and listing.entries:
+    if name in ("parquet", "arrow") and listing.entries:  # columnar: schemas, Hive keys
         fs, _ = filesystem(listing.entries[0].url, storage_options)
         schemas = _number_schemas(scanned)
         values = [hive_values(e.relpath or fs._strip_protocol(e.url)) for e in listing.entries]
         inside = set(unify_schemas(schemas).names) if schemas else set()
-        # a key the files hold as a column too (polars writes both): the file's column
-        # wins, as polars' own hive reader does
+        # a key the files hold as a column too (polars writes both): read from the
+        # files, as polars' own hive reader does ...
         keys = [f for f in partition_schema(values) if f.name not in inside]
         if keys:
             partitioning = pa.schema(keys)
             for s, v in zip(scanned, values):
                 s["details"]["partitions"] = {k: v[k] for k in partitioning.names if k in v}
+        # ... and the path's value is kept, so a read checks that the two agree
+        for s, v in zip(scanned, values):
+            both = {k: x for k, x in v.items() if k in inside}
+            if both:
+                s["details"]["hive_values"] = both
     shards = [
         Shard(e.url, name, int(s["num_records"]), e.size, e.version, s["details"])
         for e, s in zip(listing.entries, scanned)

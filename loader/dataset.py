@@ -111,7 +111,11 @@ class StreamingDataset(IterableDataset[Any]):
     (``__key__``, ``__url__``, one bytes entry per extension), decoded when `decode` says,
     as webdataset's ``.decode(*specs)`` does: True for its basic handlers, an image spec
     ("pil", "rgb8", "torchrgb", ...), a handler(key, data), or a list of them (checked
-    here: an unknown spec raises ValueError listing webdataset's). With `batch_size` B it
+    here: an unknown spec raises ValueError listing webdataset's). A shard cannot run code:
+    pickled members (``.pyd``, ``.pkl``, ``.pickle``) are a ShardError naming the shard,
+    sample and field unless `allow_pickle` is True, and ``.pth`` members load with
+    ``torch.load(weights_only=True)`` unless it is (``.npy``/``.npz`` never unpickle).
+    With `batch_size` B it
     yields batches instead (use ``DataLoader(ds, batch_size=None)``): numeric and fixed-length
     list columns as tensors, others as lists; only the rank's last batch may be short.
     A column's kind is decided once, from the schema (loader.kinds): nulls in float
@@ -181,6 +185,7 @@ class StreamingDataset(IterableDataset[Any]):
         storage_options: dict[str, Any] | None = None,
         window: IntLike = DEFAULT_WINDOW,
         decode: DecodeSpec = False,
+        allow_pickle: bool = False,
         read_threads: IntLike = 16,
         memory_budget: IntLike | None = None,
         prefetch: IntLike | None = None,
@@ -194,6 +199,7 @@ class StreamingDataset(IterableDataset[Any]):
             batch_size,
             columns,
             decode,
+            allow_pickle,
             read_threads,
             memory_budget,
             prefetch,
@@ -227,6 +233,7 @@ class StreamingDataset(IterableDataset[Any]):
         batch_size: IntLike | None,
         columns: str | Sequence[str] | None,
         decode: DecodeSpec,
+        allow_pickle: bool,
         read_threads: IntLike,
         memory_budget: IntLike | None,
         prefetch: IntLike | None,
@@ -247,7 +254,11 @@ class StreamingDataset(IterableDataset[Any]):
         self.retry = retry or RetryPolicy()
         self.columns = _columns(columns)
         self.decode = decode
-        self._decoder = make_decoder(decode)  # checked here, not in a reader thread
+        if not isinstance(allow_pickle, bool):
+            raise TypeError(f"allow_pickle must be True or False, got {allow_pickle!r}")
+        self.allow_pickle = allow_pickle
+        # checked here, not in a reader thread
+        self._decoder = make_decoder(decode, allow_pickle)
         self.pad = dict(pad or {})
 
     @property

@@ -18,7 +18,7 @@ from typing import Any
 from .errors import ShardError
 from .storage import redact
 
-__all__ = ["DecodeSpec", "SampleDecoder", "make_decoder"]
+__all__ = ["DecodeSpec", "SafeBasicHandlers", "SampleDecoder", "make_decoder"]
 
 Handler = Callable[[str, bytes], Any]
 # False/None: bytes; True: webdataset's basic handlers; an image spec, a handler, a list of
@@ -47,14 +47,50 @@ class SampleDecoder:
             ) from e
 
 
-def make_decoder(decode: object) -> SampleDecoder | None:
+PICKLED = ("pyd", "pkl", "pickle")  # webdataset's basic handlers unpickle these
+
+
+class SafeBasicHandlers:
+    """webdataset's basic handlers (txt, cls, json, npy, ...; its ``basichandlers``), except
+    that without `allow_pickle` a pickled member is refused (unpickling runs whatever
+    code the shard's author put there) and ``.pth`` loads with ``weights_only=True``
+    (torch's safe loader: tensors and plain containers only). ``.npy``/``.npz`` go to
+    numpy's loaders, which refuse pickled object arrays by default. webdataset's own switch
+    (``webdataset.utils.enforce_security``) is global and off by default; this is per
+    dataset and on by default."""
+
+    def __init__(self, allow_pickle: bool = False) -> None:
+        self.allow_pickle = allow_pickle
+
+    def __call__(self, key: str, data: bytes) -> Any:
+        from webdataset import autodecode
+
+        extension = key.rsplit(".", 1)[-1].lower()
+        if not self.allow_pickle:
+            if extension in PICKLED:
+                raise ValueError(
+                    f"a pickled member (.{extension}) can run any code when loaded; pass "
+                    "allow_pickle=True if you trust this data's author, or decode it "
+                    "yourself (decode=False gives the bytes)"
+                )
+            if extension == "pth":
+                import io
+
+                import torch
+
+                return torch.load(io.BytesIO(data), weights_only=True, map_location="cpu")
+        return autodecode.basichandlers(key, data)
+
+
+def make_decoder(decode: object, allow_pickle: bool = False) -> SampleDecoder | None:
     """The decoder `decode` asks for, checked now; None when it asks for none.
 
     False or None: none (samples keep bytes). True: webdataset's basic handlers, as
     ``.decode()`` with no arguments. A str, a handler or a list/tuple of them: as
     ``.decode(*specs)``; a str must be one of webdataset's image specs (ValueError
     listing them), a handler must take (key, data) (TypeError otherwise). A
-    ``webdataset.autodecode.Decoder`` is used as it is.
+    ``webdataset.autodecode.Decoder`` is used as it is (its handlers are the caller's
+    choice). The basic handlers refuse pickles unless `allow_pickle` (SafeBasicHandlers).
     """
     if decode is None or decode is False:
         return None
@@ -74,7 +110,8 @@ def make_decoder(decode: object) -> SampleDecoder | None:
             f"list of them, got {decode!r} ({type(decode).__name__})"
         )
     handlers = [_handler(spec, autodecode) for spec in specs]
-    return SampleDecoder(autodecode.Decoder(handlers))
+    post = [SafeBasicHandlers(allow_pickle)]
+    return SampleDecoder(autodecode.Decoder(handlers, post=post))
 
 
 def _handler(spec: object, autodecode: Any) -> Handler:

@@ -42,6 +42,7 @@ from .arrow_numpy import indices
 from .batching import regroup
 from .dataset import RECORD_STEP, StreamingDataset, _shared_index
 from .decode import DecodeSpec
+from .errors import ShardError, redact
 from .formats import Format
 from .kinds import Kind, kinds_of
 from .pipeline import MemoryBudget, PlanReader, decoding_pool, is_local
@@ -98,6 +99,7 @@ class MixtureDataset(StreamingDataset):
         storage_options: dict[str, Any] | None = None,
         window: IntLike = DEFAULT_WINDOW,
         decode: DecodeSpec = False,
+        allow_pickle: bool = False,
         read_threads: IntLike = 16,
         memory_budget: IntLike | None = None,
         prefetch: IntLike | None = None,
@@ -113,6 +115,7 @@ class MixtureDataset(StreamingDataset):
             batch_size,
             columns,
             decode,
+            allow_pickle,
             read_threads,
             memory_budget,
             prefetch,
@@ -138,6 +141,13 @@ class MixtureDataset(StreamingDataset):
             None if idx.format == "tar" else idx.columns_schema(self.columns)
             for idx in self.indexes
         ]
+        for name, schema in zip(self.names, self.schemas):
+            if schema is not None and STREAM in schema.names:
+                raise ValueError(
+                    f"stream {name!r}: its data has a column named {STREAM!r}, the name a "
+                    "mixture gives the stream each row came from; rename that column, or "
+                    "leave it out with columns=[...]"
+                )
         self.kinds_per_stream = self._check_kinds(fill_nulls)
         weights = [
             s.weight if s.weight is not None else idx.num_records
@@ -169,7 +179,8 @@ class MixtureDataset(StreamingDataset):
 
     def _check_formats(self) -> None:
         formats = {n: idx.format for n, idx in zip(self.names, self.indexes)}
-        if self.batch_size is not None and len(set(formats.values())) > 1:
+        shapes = {"tar" if f == "tar" else "columns" for f in formats.values()}
+        if self.batch_size is not None and len(shapes) > 1:
             raise ValueError(
                 f"streams of different formats {formats} cannot form batches: their records "
                 "have different shapes; use record mode (batch_size=None) or one format"
@@ -399,6 +410,14 @@ def _kind_text(kind: Kind) -> str:
     return f"a {kind.value} tensor {shape}".replace("(n, )", "(n,)")
 
 
+def _holds_stream(sample: dict[str, Any], name: str) -> ShardError:
+    return ShardError(
+        f"{redact(str(sample.get('__url__', name)))}: sample {sample.get('__key__')!r} of "
+        f"stream {name!r} has a member with extension {STREAM!r}, the name a mixture gives "
+        "the stream each row came from; rename it"
+    )
+
+
 class _StreamRows:
     """One stream's rows of a segment, in its reading order, taken n at a time: as the
     format's taken parts (batch mode: columns of numpy or Arrow arrays, or a list of tar
@@ -426,9 +445,13 @@ class _StreamRows:
         if not self._batch:
             part = list(self.fmt.records(part))
             for record in part:
+                if STREAM in record:
+                    raise _holds_stream(record, self.name)
                 record[STREAM] = self.name
         elif isinstance(part, list):  # tar samples: batched with the others, by index
             for sample in part:
+                if STREAM in sample:
+                    raise _holds_stream(sample, self.name)
                 sample[STREAM] = self.index
         self._head, self._at = part, 0
         self._rows = len(next(iter(part.values()))) if isinstance(part, dict) else len(part)

@@ -12,7 +12,13 @@ from urllib.parse import unquote
 
 import pyarrow as pa
 
-__all__ = ["hive_values", "is_hidden", "partition_arrays", "partition_schema"]
+__all__ = [
+    "check_hive_values",
+    "hive_values",
+    "is_hidden",
+    "partition_arrays",
+    "partition_schema",
+]
 
 NULL_VALUE = "__HIVE_DEFAULT_PARTITION__"
 _INT32 = (-(2**31), 2**31 - 1)
@@ -65,3 +71,35 @@ def partition_arrays(
         value = None if raw is None else int(raw) if pa.types.is_integer(field.type) else raw
         out[name] = pa.repeat(pa.scalar(value, type=field.type), n)
     return out
+
+
+def check_hive_values(table: pa.Table, values: dict[str, str | None], url: str) -> None:
+    """ShardError naming the file and the key when a column the file holds disagrees with
+    the ``key=value`` folder above it (pyarrow.dataset would give the path's value,
+    polars the file's: neither is safe to pick silently)."""
+    import pyarrow.compute as pc
+
+    from .errors import ShardError, redact
+
+    for key, raw in values.items():
+        if key not in table.column_names:
+            continue
+        col = table.column(key)
+        if raw is None:
+            agree = col.null_count == len(col)
+        else:
+            try:
+                want = pa.scalar(raw).cast(col.type)
+            except (pa.ArrowInvalid, pa.ArrowNotImplementedError):
+                agree = False
+            else:
+                agree = col.null_count == 0 and bool(
+                    pc.all(pc.equal(col, want)).as_py() or not len(col)
+                )
+        if not agree:
+            found = pc.unique(col).to_pylist()[:3]
+            raise ShardError(
+                f"{redact(url)}: Hive key {key!r} is {raw!r} in the path but the file's column "
+                f"holds {found}; pyarrow.dataset would read the path's value, polars the "
+                "file's: make them agree (or drop the column from the files)"
+            )

@@ -46,7 +46,9 @@ from sampler.plan import Chunk, Plan
 
 from .budget import DEFAULT_MEMORY_BUDGET, MemoryBudget, budget_of
 from .decoding import _Ahead, _finish, _Group, _Stopped, decode_threads, decoding_pool
+from .errors import ShardError, redact
 from .formats import Format
+from .formats.columns import ConversionError
 from .index import ShardIndex
 from .retry import RetryPolicy
 from .stats import Stats, active, fetch_seconds
@@ -221,7 +223,12 @@ class PlanReader:
         with active(self.stats):
             t0 = time.perf_counter()
             fetched = fetch_seconds()  # local files are read while decoding
-            block = self.fmt.join([self.fmt.decode(fs, raw)])
+            try:
+                block = self.fmt.join([self.fmt.decode(fs, raw)])
+            except ConversionError as e:
+                url = redact(self.index.shards[entry.shard].url)
+                where = f"column {e.column!r}, row {entry.first + e.row} of the shard"
+                raise ShardError(f"{url}: {where}: {e.cause}") from e
             fetched = fetch_seconds() - fetched
         self.stats.add("decode_s", time.perf_counter() - t0 - fetched)
         size = self.fmt.nbytes(block)

@@ -114,7 +114,7 @@ def test_other_files_are_skipped_with_a_warning(
     tmp_path: Path, caplog: pytest.LogCaptureFixture
 ) -> None:
     pq.write_table(pa.table({"id": [1]}), tmp_path / "a.parquet")
-    for name in ("b.csv", "c.arrow", "d.tar.zst"):
+    for name in ("b.csv", "c.npy", "d.tar.zst"):
         (tmp_path / name).write_bytes(b"x")
     (tmp_path / "train.index.json").write_text("{}")  # a saved index: no warning
     with caplog.at_level(logging.WARNING, logger="loader"):

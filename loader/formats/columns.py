@@ -110,11 +110,13 @@ class Block:
                 # for Arrow's take across the groups, ~0.01 s this way
                 col = pa.chunked_array(chunks, type=parts[0].schema.field(name).type)
                 self._object_bytes += col.nbytes
-                array = np.fromiter(col.to_pylist(), dtype=object, count=len(col))
+                array = np.fromiter(python_values(col, name), dtype=object, count=len(col))
             if array is not None:
                 self.arrays[name] = array
             else:
                 col = pa.chunked_array(chunks, type=parts[0].schema.field(name).type)
+                if _has_temporal(col.type):  # a batch makes them Python objects: check now
+                    python_values(col, name)
                 self.columns[name] = col.combine_chunks()
 
     def column(self, name: str) -> np.ndarray | pa.Array:
@@ -213,6 +215,51 @@ def _as_arrow(col: np.ndarray | pa.Array, like: pa.DataType) -> pa.Array:
     if not isinstance(col, np.ndarray):
         return col
     return pa.array(col.tolist() if col.ndim > 1 else col, type=like)
+
+
+class ConversionError(ValueError):
+    """Row `row` of column `column` (counted from the block's first row) holds a value
+    Python cannot represent (a date beyond year 9999, ...); the reader names the shard."""
+
+    def __init__(self, column: str, row: int, cause: BaseException) -> None:
+        super().__init__(f"column {column!r}, row {row}: {type(cause).__name__}: {cause}")
+        self.column, self.row, self.cause = column, row, cause
+
+
+def python_values(col: pa.ChunkedArray, name: str) -> list[Any]:
+    """The column's values as Python objects (Arrow's to_pylist); ConversionError naming
+    the column and the first row that cannot be converted (pyarrow's own error names
+    neither)."""
+    try:
+        out: list[Any] = col.to_pylist()
+        return out
+    except (OverflowError, ValueError, pa.ArrowException) as e:
+        row = next((i for i in range(len(col)) if not _converts(col, i)), 0)
+        raise ConversionError(name, row, e) from e
+
+
+def _converts(col: pa.ChunkedArray, i: int) -> bool:
+    try:
+        col[i].as_py()
+        return True
+    except (OverflowError, ValueError, pa.ArrowException):
+        return False
+
+
+def _has_temporal(t: pa.DataType) -> bool:
+    """Dates and timestamps, at any depth: the values whose conversion to Python can fail
+    (beyond datetime's years 1-9999)."""
+    if pa.types.is_temporal(t):
+        return True
+    if isinstance(t, pa.BaseExtensionType):
+        return _has_temporal(t.storage_type)
+    if pa.types.is_struct(t):
+        return any(_has_temporal(f.type) for f in t)
+    if pa.types.is_map(t):
+        return _has_temporal(t.key_type) or _has_temporal(t.item_type)
+    if pa.types.is_list(t) or pa.types.is_large_list(t) or pa.types.is_fixed_size_list(t):
+        return _has_temporal(t.value_type)
+    return False
 
 
 def _length_range(chunks: list[pa.Array]) -> tuple[int, int] | None:

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import threading
 from collections import OrderedDict
-from collections.abc import Iterator, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from contextlib import contextmanager
 from typing import Any
 
@@ -13,13 +13,13 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 import torch
 from fsspec.implementations.local import LocalFileSystem
-from fsspec.parquet import AlreadyBufferedFile
 from torch.utils.data import get_worker_info
 
 from ..batching import column_to_batch
 from ..errors import ShardError
 from ..kinds import Kind, check_length, check_part
-from ..partitions import partition_arrays
+from ..partitions import check_hive_values, partition_arrays
+from ..ranges import PartsFile
 from ..retry import RetryPolicy, count_fetched, read_ranges
 from ..schemas import plain_type
 from ..shard import Shard
@@ -258,23 +258,24 @@ class ParquetFormat:
                 starts, ends = _column_ranges(url, got.meta, groups, cols)  # the chunks read
                 count_fetched(sum(b - a for a, b in zip(starts, ends)), len(starts))
             else:
-                # pyarrow decodes from the fetched parts only: fsspec's "parts" cache serves
-                # its reads, and the metadata we pass keeps it from reading the footer again
-                # (a copy of the dict: the cache empties the one it is given, and the parts
-                # of a fetch of several groups serve each of them)
-                f = AlreadyBufferedFile(
-                    fs=None,
-                    path=url,
-                    mode="rb",
-                    cache_type="parts",
-                    cache_options={"data": dict(got.parts)},
-                    size=got.shard.bytes,
-                )
+                # pyarrow decodes from the fetched parts; a read outside them is fetched,
+                # never zero-filled (loader.ranges); the metadata we pass keeps it from
+                # reading the footer again
+                f = PartsFile(url, got.shard.bytes, got.parts, self._fetcher(fs, got.shard))
                 table = pq.ParquetFile(f, metadata=got.meta).read_row_groups(
                     groups, columns=cols, use_threads=False
                 )
         part = table.slice(got.start - got.first_row, got.stop - got.start)
         return self._shape(part, got.shard, got.names)
+
+    def _fetcher(self, fs: Any, shard: Shard) -> Callable[[int, int], bytes]:
+        """Exact bytes [start, end) of the indexed version of the shard."""
+        indexed = [(shard.bytes, shard.version)]
+
+        def fetch(start: int, end: int) -> bytes:
+            return read_ranges(fs, [shard.url], [start], [end], self.retry, indexed)[0]
+
+        return fetch
 
     def _open(self, fs: Any, got: _Fetched) -> pq.ParquetFile:
         """The shard's file, opened by pyarrow with its cached footer; each decoding thread
@@ -302,6 +303,9 @@ class ParquetFormat:
             target = pa.schema([self.schema.field(c) for c in table.column_names])
             if not table.schema.equals(target):
                 table = _cast(table, target, shard.url)
+            inside = shard.details.get("hive_values")
+            if inside:
+                check_hive_values(table, inside, shard.url)
             values = shard.details.get("partitions") or {}
             asked = [c for c in names if c in self.partitions]
             for name, arr in partition_arrays(

@@ -19,6 +19,7 @@ from fsspec.utils import merge_offset_ranges
 from ..errors import ShardError
 from ..shard import Shard
 from ..storage import FileEntry, redact
+from .parquet_thrift import encrypted_columns
 
 __all__ = [
     "GROUP_BYTES",
@@ -69,6 +70,18 @@ def footer_details(footer: bytes, url: str) -> tuple[pq.FileMetaData, dict[str, 
     """
     try:
         meta = _parse_footer(footer)
+    except (pa.ArrowException, OSError) as e:
+        raise ShardError(f"{redact(url)}: not a readable Parquet file ({e})") from e
+    # a plaintext footer of encrypted columns is followed by its signature (28 bytes), so
+    # it is longer than what pyarrow parsed: only then is the Thrift walked (as long as
+    # this function's own loop over the columns), before any column is touched
+    if meta.serialized_size != len(footer) - 8 and encrypted_columns(footer[:-8]):
+        raise ShardError(
+            f"{redact(url)}: an encrypted Parquet file (columns encrypted under a plaintext "
+            "footer, Parquet modular encryption): shardstream reads no encrypted files; "
+            "decrypt it first (pyarrow.parquet with a CryptoFactory and its keys)"
+        )
+    try:
         # schema-level metadata (pandas' index ranges, ...) differs from file to file
         schema = meta.schema.to_arrow_schema().remove_metadata()
     except (pa.ArrowException, OSError) as e:
@@ -90,7 +103,9 @@ def footer_details(footer: bytes, url: str) -> tuple[pq.FileMetaData, dict[str, 
         for c, (a, b) in enumerate(itertools.pairwise(first_leaf.tolist())):
             plain[c].append(sum(rg.column(j).total_uncompressed_size for j in range(a, b)))
     return meta, {
-        "num_records": int(meta.num_rows),
+        # the row groups' counts: parquet-rs 0.3 wrote num_rows 0 above row groups holding
+        # rows, and pyarrow reads the row groups' rows
+        "num_records": int(sum(rows)),
         "details": {
             "row_group_rows": rows,
             "row_group_offsets": offsets,
@@ -123,18 +138,20 @@ def _chunk_start(col: Any) -> int:
     return data
 
 
-_LEGACY_MR = re.compile(r"parquet-mr version (\d+)\.(\d+)\.(\d+)")
+_MR = re.compile(r"parquet-mr(?: version (\d+)\.(\d+)\.(\d+))?")
 _MAX_DICT_HEADER = 100  # parquet-cpp's kMaxDictHeaderSize
 
 
 def _legacy_padding(meta: Any) -> int:
     """Bytes to add to each column chunk's length: parquet-mr 1.2.8 and older left the
     dictionary page header out of total_compressed_size (PARQUET-816); parquet-cpp pads
-    by up to 100 bytes for them, and so do we."""
-    found = _LEGACY_MR.search(meta.created_by or "")
-    if found and tuple(int(x) for x in found.groups()) < (1, 2, 9):
-        return _MAX_DICT_HEADER
-    return 0
+    by up to 100 bytes for them, and so do we. As in parquet-cpp's ApplicationVersion, a
+    ``created_by`` of parquet-mr without a version is version 0.0.0: padded too."""
+    found = _MR.match((meta.created_by or "").strip())
+    if found is None:
+        return 0
+    version = tuple(int(x) for x in found.groups()) if found.group(1) else (0, 0, 0)
+    return _MAX_DICT_HEADER if version < (1, 2, 9) else 0
 
 
 def _leaf_count(t: pa.DataType) -> int:
@@ -194,6 +211,12 @@ def schema_from_b64(text: str) -> pa.Schema:
 
 
 def _check_footer(tail: bytes, entry: FileEntry) -> int:
+    if entry.size >= 12 and len(tail) == 8 and tail[4:] == b"PARE":
+        raise ShardError(
+            f"{redact(entry.url)}: an encrypted Parquet file (encrypted footer, magic PARE: "
+            "Parquet modular encryption): shardstream reads no encrypted files; decrypt it "
+            "first (pyarrow.parquet with a CryptoFactory and its keys)"
+        )
     if entry.size < 12 or len(tail) != 8 or tail[4:] != _MAGIC:
         raise ShardError(
             f"{redact(entry.url)}: not a Parquet file (no PAR1 footer in its {entry.size} "

@@ -95,11 +95,13 @@ def group_members(
     """(keys, members, compressed ends) of the records the tar's regular members form, by
     webdataset's rules: meta files (``__...__``) and names without an extension skipped,
     the key and lower-cased extension split as `base_plus_ext` splits them, neighbours
-    with one key one record, a repeated extension in a record refused."""
+    with one key one record, a repeated extension in a record refused, and a key whose
+    members are not all next to each other refused."""
     keys: list[str] = []
     members: list[list[list[Any]]] = []
     ends: list[int] = []
     exts: set[str] = set()  # the current record's extensions
+    seen_keys: set[str] = set()
     for name, offset, length, seen in found:
         if name[:2] == "__" and _SKIP_META.match(name):
             continue
@@ -114,6 +116,14 @@ def group_members(
                 f"{offset + length} of a {size}-byte file"
             )
         if not keys or keys[-1] != key:
+            if key in seen_keys:
+                raise ShardError(
+                    f"{redact(url)}: sample {key!r} is split: its members are not next to "
+                    f"each other in the tar ({name} comes after other samples' members); "
+                    "webdataset would give two samples with this key. Write each sample's "
+                    "files together (sort the names before tarring)"
+                )
+            seen_keys.add(key)
             keys.append(key)
             members.append([])
             ends.append(seen)
@@ -146,6 +156,12 @@ def _tarfile_members(
     try:
         with tarfile.open(fileobj=f, mode="r:") as tf:
             for info in tf:
+                if info.sparse is not None:  # GNU sparse (tar --sparse): holes not stored
+                    raise ShardError(
+                        f"{redact(url)}: member {info.name} is a GNU sparse file (tar "
+                        "--sparse): its stored bytes are not its contents; repack the shard "
+                        "without --sparse"
+                    )
                 if info.isreg():
                     seen = mark() if mark else 0
                     found.append((info.name, info.offset_data, info.size, seen))
@@ -291,6 +307,29 @@ def _verify(buf: bytes, heads: list[tuple[int, int]], base: int, url: str) -> No
             )
 
 
+def _check_headers(data: bytes, lo: int, records: Sequence[Any], url: str) -> None:
+    """The header block before each member's data in `data` (bytes [lo, ...) of the tar
+    stream) must carry a valid checksum: bytes that are not the indexed members (a range
+    answered from the wrong offset, zeros, another file) are a ShardError, never samples."""
+    heads = []
+    for members in records:
+        for _, off, _size in members:
+            at = off - _BLOCK - lo
+            field = data[at + 148 : at + 156]
+            try:
+                stored = int(field.split(b"\0", 1)[0].strip() or b"-1", 8)
+            except ValueError:
+                stored = -1
+            if stored < 0:
+                raise ShardError(
+                    f"{redact(url)}: the bytes read at {lo + at} are not the tar header the "
+                    "index recorded (no checksum): the shard changed, or the storage "
+                    "returned other bytes; rebuild the index"
+                )
+            heads.append((at, stored))
+    _verify(data, heads, lo, url)
+
+
 class RangeFile(io.RawIOBase):
     """A read-only file over `read_ranges`: checked lengths and retries on every fetch.
 
@@ -426,7 +465,7 @@ class TarFormat:
         """The storage part of `read`: the bytes spanning the records' members."""
         shard = complete(self, fs, shard)  # a shard only counted so far: its headers now
         recs = shard.details["members"][start:stop]
-        lo = recs[0][0][1]
+        lo = recs[0][0][1] - _BLOCK  # from the first member's header: `decode` checks it
         hi = max(off + size for _, off, size in recs[-1])
         return shard, start, stop, columns, lo, self._span(fs, shard, lo, hi)
 
@@ -445,6 +484,7 @@ class TarFormat:
     ) -> list[dict[str, Any]]:
         """The samples from what `fetch` got (webdataset's decoders applied, if any)."""
         shard, start, stop, columns, lo, data = got
+        _check_headers(data, lo, shard.details["members"][start:stop], shard.url)
         keep = None if columns is None else set(columns)
         out = []
         for key, members in zip(
