@@ -4,13 +4,14 @@ from __future__ import annotations
 
 from typing import Any
 
+from .arrow_ipc import ArrowFormat
 from .base import Format
 from .parquet import ParquetFormat
 from .tar import TarFormat
 
 __all__ = ["FORMATS", "Format", "format_for", "format_of_url"]
 
-FORMATS: dict[str, Any] = {"parquet": ParquetFormat, "tar": TarFormat}
+FORMATS: dict[str, Any] = {"parquet": ParquetFormat, "arrow": ArrowFormat, "tar": TarFormat}
 _BY_SUFFIX = {s: name for name, cls in FORMATS.items() for s in cls.suffixes}
 
 
