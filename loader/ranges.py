@@ -17,10 +17,14 @@ import bisect
 import io
 import logging
 from collections.abc import Callable, Mapping
+from typing import Any
 
+from fsspec.caching import ReadAheadCache
+
+from .retry import RetryPolicy, read_ranges
 from .storage import redact
 
-__all__ = ["PartsFile"]
+__all__ = ["PartsFile", "RangeFile"]
 
 log = logging.getLogger(__name__)
 
@@ -110,3 +114,55 @@ class PartsFile(io.RawIOBase):
             )
         self._add(start, blob)
         return blob
+
+
+class RangeFile(io.RawIOBase):
+    """A read-only file of the indexed version of a shard over `read_ranges` (checked
+    lengths and retries on every fetch), reading `readahead` bytes at each miss.
+
+    The tar scan walks headers through this instead of `fs.open`, whose buffered reads can
+    come back short when a connection drops mid-body; fsspec's ReadAheadCache supplies the
+    readahead, our fetcher the retries (the Fetcher seam of fsspec.caching).
+    """
+
+    def __init__(
+        self,
+        fs: Any,
+        url: str,
+        size: int,
+        retry: RetryPolicy,
+        version: str | None = None,
+        readahead: int = 1 << 20,
+    ) -> None:
+        super().__init__()
+        indexed = [(size, version)]
+
+        def fetch(start: int, end: int) -> bytes:
+            return read_ranges(fs, [url], [start], [min(end, size)], retry, indexed)[0]
+
+        self._cache = ReadAheadCache(readahead, fetch, size)
+        self._size, self._pos = size, 0
+
+    def readahead(self, nbytes: int) -> None:
+        """Fetch `nbytes` beyond each read that misses the cache (0: exactly what is read)."""
+        self._cache.blocksize = nbytes
+
+    def readable(self) -> bool:
+        return True
+
+    def seekable(self) -> bool:
+        return True
+
+    def tell(self) -> int:
+        return self._pos
+
+    def seek(self, offset: int, whence: int = io.SEEK_SET) -> int:
+        base = {io.SEEK_SET: 0, io.SEEK_CUR: self._pos, io.SEEK_END: self._size}[whence]
+        self._pos = max(0, base + offset)
+        return self._pos
+
+    def read(self, n: int = -1) -> bytes:
+        end = self._size if n is None or n < 0 else min(self._size, self._pos + n)
+        data = self._cache._fetch(self._pos, end) if end > self._pos else b""
+        self._pos += len(data)
+        return data

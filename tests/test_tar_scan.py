@@ -13,7 +13,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from loader import ShardError
-from loader.formats.tar import _NeedsTarfile, _tarfile_members, _walk_headers, scan_tar
+from loader.formats.tar_scan import _NeedsTarfile, _tarfile_members, _walk_headers, scan_tar
 
 
 def _tar(fmt: int, members: list[tuple[str, bytes | None, bytes]]) -> bytes:
@@ -99,7 +99,7 @@ def test_many_members_across_read_buffers() -> None:
 def test_keys_and_extensions_split_as_webdataset_splits_them() -> None:
     from webdataset.tariterators import base_plus_ext
 
-    from loader.formats.tar import _KEY_EXT
+    from loader.formats.tar_scan import _KEY_EXT
 
     for name in ["a/b.c.d", "x.jpg", "dir.v2/x.tar.gz", "noext", "a/.hidden", "a/b.", "./s.cls"]:
         split = _KEY_EXT.match(name)
@@ -155,7 +155,7 @@ def test_ranged_sequential_and_tarfile_give_the_same_index(members: list, fmt: i
 
 
 def test_ranged_reads_skip_the_bodies(tmp_path: Path) -> None:
-    from loader.formats.tar import RangeFile
+    from loader.ranges import RangeFile
     from loader.retry import RetryPolicy, bytes_fetched
 
     big = [(f"s{i}.bin", bytes(300_000), tarfile.REGTYPE) for i in range(12)]
@@ -179,7 +179,7 @@ def test_ranged_reads_skip_the_bodies(tmp_path: Path) -> None:
 
 
 def test_choose_ranged() -> None:
-    from loader.formats.tar import choose_ranged
+    from loader.formats.tar_scan import choose_ranged
 
     assert choose_ranged(1 << 20, 3, 256 << 10)  # ~350 KB apart
     assert not choose_ranged(1 << 20, 100, 256 << 10)  # ~10 KB apart

@@ -27,12 +27,12 @@ from typing import Any
 import pyarrow as pa
 
 from ..errors import ShardError
+from ..ranges import RangeFile
 from ..retry import read_ranges
 from ..shard import Shard
 from ..storage import FileEntry, redact
 from .parquet import ParquetFormat, _errors, _Fetched
 from .parquet_meta import _row_groups, schema_to_b64
-from .tar import RangeFile
 
 __all__ = ["ArrowFormat", "walk_messages"]
 

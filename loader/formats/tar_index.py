@@ -28,7 +28,7 @@ from ..errors import StaleSidecarError
 from ..retry import RetryPolicy, read_ranges
 from ..shard import Shard
 from ..storage import FileEntry, filesystem, redact
-from .tar import group_members
+from .tar_scan import group_members
 
 __all__ = [
     "IDX_VERSION",
