@@ -76,7 +76,7 @@ async def s3_ranges(
     paths: Sequence[str],
     starts: Sequence[int],
     ends: Sequence[int],
-    indexed: Sequence[tuple[int, str | None]],
+    indexed: Sequence[tuple[int | None, str | None]],
 ) -> list[bytes | BaseException]:
     """Ranged GETs with ``If-Match: <indexed ETag>`` (a 412 -> StaleIndexError, no extra
     request), through s3fs's ``_call_s3``. A store that cannot evaluate If-Match (s3fs's

@@ -233,10 +233,11 @@ def cat_ranges(
     """
     paths = [fs._strip_protocol(u) for u in urls]
     got: list[bytes | BaseException]
-    if indexed is not None and _is_s3(fs):
-        return list(sync(fs.loop, s3_ranges, fs, urls, paths, starts, ends, indexed))
+    known: Sequence[tuple[int | None, str | None]] = indexed or [(None, None)] * len(urls)
+    if _is_s3(fs):
+        return list(sync(fs.loop, s3_ranges, fs, urls, paths, starts, ends, known))
     if is_http(fs):
-        sizes = [None] * len(urls) if indexed is None else [size for size, _ in indexed]
+        sizes = [size for size, _ in known]
         got = list(sync(fs.loop, http_ranges, fs, paths, starts, ends, sizes))
     else:
         got = fs.cat_ranges(paths, list(starts), list(ends), on_error="return")
