@@ -100,12 +100,14 @@ def test_group_schedule_lists_the_groups_a_stretch_reads_in_the_order_it_needs_t
         # every group read is scheduled; only groups at the stretch's edges may be extra
         assert set(first) <= set(schedule)
         assert len(set(schedule) - set(first)) <= 2 * (plan.window)
-        # in need order, up to the jitter of the merge: a piece of m records in a block of
-        # n is at most about n/m records early or late
+        # in need order, up to the jitter of the merge: record j of a piece of m records
+        # lies anywhere in the j-th of m equal slots of a block of n, so two of its records
+        # in a row lie up to 2n/m apart, and a group already open at `lo` may first be read
+        # that late in the stretch (hypothesis found 17 > n/m + window + 1 = 16.4)
         needed = [k for k in schedule if k in first]
         for a, c in itertools.pairwise(needed):
             m = int(plan.sizes[a[0]])
-            assert first[a] <= first[c] + n / m + plan.window + 1
+            assert first[a] <= first[c] + 2 * n / m + plan.window + 1
 
 
 def test_one_group_a_piece_is_the_order_without_groups() -> None:

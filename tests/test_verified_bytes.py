@@ -160,6 +160,10 @@ def test_http_folder_lists_with_sizes_and_splits_over_ranks(tmp_path: Path) -> N
             seen += [r["x"] for r in ds]
             assert all(s.url.startswith(url) for s in ds.index.shards)
         assert sorted(seen) == list(range(40))
+        # DataLoader workers open their own HTTP session (fsspec's is per process)
+        ds = StreamingDataset(f"{url}/", batch_size=8, seed=1)
+        loader = torch.utils.data.DataLoader(ds, batch_size=None, num_workers=2)
+        assert sorted(x for b in loader for x in b["x"].tolist()) == list(range(40))
     with http_server(tmp_path, ranges=True) as url, pytest.raises(FileNotFoundError) as e:
         StreamingDataset(f"{url}/missing/")
     assert f"{url}/missing" in str(e.value)
