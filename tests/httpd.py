@@ -44,7 +44,6 @@ class RangeHandler(_Quiet):
         self.send_header("Content-Length", str(end - start + 1))
         self.send_header("Last-Modified", self.date_time_string(int(os.path.getmtime(path))))
         self.end_headers()
-        self._left = end - start + 1
         return _Limited(f, end - start + 1)
 
 
