@@ -31,30 +31,15 @@ log = logging.getLogger(__name__)
 Fetch = Callable[[int, int], bytes]  # (start, end) -> exactly bytes [start, end)
 
 
-class PartsFile(io.RawIOBase):
-    """A read-only, seekable file of `size` bytes holding `parts` ({(start, end): bytes},
-    each exactly end - start bytes of the file at that offset); reads of bytes outside
-    them call `fetch(start, end)`, which must return exactly those bytes (ValueError
-    naming the URL otherwise)."""
+class _ByteFile(io.RawIOBase):
+    """A read-only, seekable file of `size` bytes whose reads `_range(start, end)` serves."""
 
-    def __init__(
-        self, url: str, size: int, parts: Mapping[tuple[int, int], bytes], fetch: Fetch
-    ) -> None:
+    def __init__(self, size: int) -> None:
         super().__init__()
-        self.url, self._size, self._fetch, self._pos = url, size, fetch, 0
-        self._starts: list[int] = []
-        self._blobs: list[bytes] = []
-        for (a, b), blob in sorted(parts.items()):
-            if len(blob) != b - a:
-                raise ValueError(
-                    f"{redact(url)}: bytes [{a}, {b}) hold {len(blob)} bytes, not {b - a}"
-                )
-            self._add(a, blob)
+        self._size, self._pos = size, 0
 
-    def _add(self, start: int, blob: bytes) -> None:
-        i = bisect.bisect_right(self._starts, start)
-        self._starts.insert(i, start)
-        self._blobs.insert(i, blob)
+    def _range(self, start: int, end: int) -> bytes:
+        raise NotImplementedError
 
     def readable(self) -> bool:
         return True
@@ -81,6 +66,32 @@ class PartsFile(io.RawIOBase):
 
     def readall(self) -> bytes:
         return self.read(-1)
+
+
+class PartsFile(_ByteFile):
+    """A read-only, seekable file of `size` bytes holding `parts` ({(start, end): bytes},
+    each exactly end - start bytes of the file at that offset); reads of bytes outside
+    them call `fetch(start, end)`, which must return exactly those bytes (ValueError
+    naming the URL otherwise)."""
+
+    def __init__(
+        self, url: str, size: int, parts: Mapping[tuple[int, int], bytes], fetch: Fetch
+    ) -> None:
+        super().__init__(size)
+        self.url, self._fetch = url, fetch
+        self._starts: list[int] = []
+        self._blobs: list[bytes] = []
+        for (a, b), blob in sorted(parts.items()):
+            if len(blob) != b - a:
+                raise ValueError(
+                    f"{redact(url)}: bytes [{a}, {b}) hold {len(blob)} bytes, not {b - a}"
+                )
+            self._add(a, blob)
+
+    def _add(self, start: int, blob: bytes) -> None:
+        i = bisect.bisect_right(self._starts, start)
+        self._starts.insert(i, start)
+        self._blobs.insert(i, blob)
 
     def _range(self, start: int, end: int) -> bytes:
         """Bytes [start, end): from the part holding them (the common case: one slice),
@@ -116,7 +127,7 @@ class PartsFile(io.RawIOBase):
         return blob
 
 
-class RangeFile(io.RawIOBase):
+class RangeFile(_ByteFile):
     """A read-only file of the indexed version of a shard over `read_ranges` (checked
     lengths and retries on every fetch), reading `readahead` bytes at each miss.
 
@@ -134,35 +145,18 @@ class RangeFile(io.RawIOBase):
         version: str | None = None,
         readahead: int = 1 << 20,
     ) -> None:
-        super().__init__()
+        super().__init__(size)
         indexed = [(size, version)]
 
         def fetch(start: int, end: int) -> bytes:
             return read_ranges(fs, [url], [start], [min(end, size)], retry, indexed)[0]
 
         self._cache = ReadAheadCache(readahead, fetch, size)
-        self._size, self._pos = size, 0
 
     def readahead(self, nbytes: int) -> None:
         """Fetch `nbytes` beyond each read that misses the cache (0: exactly what is read)."""
         self._cache.blocksize = nbytes
 
-    def readable(self) -> bool:
-        return True
-
-    def seekable(self) -> bool:
-        return True
-
-    def tell(self) -> int:
-        return self._pos
-
-    def seek(self, offset: int, whence: int = io.SEEK_SET) -> int:
-        base = {io.SEEK_SET: 0, io.SEEK_CUR: self._pos, io.SEEK_END: self._size}[whence]
-        self._pos = max(0, base + offset)
-        return self._pos
-
-    def read(self, n: int = -1) -> bytes:
-        end = self._size if n is None or n < 0 else min(self._size, self._pos + n)
-        data = self._cache._fetch(self._pos, end) if end > self._pos else b""
-        self._pos += len(data)
+    def _range(self, start: int, end: int) -> bytes:
+        data: bytes = self._cache._fetch(start, end)
         return data

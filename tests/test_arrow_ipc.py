@@ -112,7 +112,9 @@ def test_a_mixture_of_parquet_and_arrow_forms_batches(tmp_path: Path) -> None:
         columns=["x"],
     )
     got = [x for b in ds for x in b["x"].tolist()]
-    assert set(got) <= set(range(1000)) | set(range(5000, 5500)) and got
+    assert set(got) <= set(range(1000)) | set(range(5000, 5500))
+    assert any(x < 1000 for x in got) and any(x >= 5000 for x in got)  # both streams read
+    assert len(got) == len(set(got))  # no row twice in an epoch
 
 
 def test_truncated_stream_and_dictionaries_are_refused(tmp_path: Path) -> None:

@@ -176,10 +176,7 @@ class ArrowFormat(ParquetFormat):
         columns: Sequence[str] | None,
     ) -> list[_Fetched]:
         """The bytes of the record batches holding each row range (one range read each)."""
-        names = list(columns) if columns is not None else None
-        if names is None and self.schema is not None:
-            names = self.schema.names
-        cols = None if names is None else [c for c in names if c not in self.partitions]
+        names, cols = self._names(columns)
         got, starts, ends = [], [], []
         d = shard.details
         for start, stop in rows:

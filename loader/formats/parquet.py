@@ -224,10 +224,7 @@ class ParquetFormat:
         """`fetch` of several row ranges of one shard, their column chunks read together:
         one coalesced set of ranged reads (fewer, larger requests), shared by all."""
         shard = complete(self, fs, shard)  # a shard only counted so far: its footer now
-        names = list(columns) if columns is not None else None
-        if names is None and self.schema is not None:
-            names = self.schema.names
-        cols = None if names is None else [c for c in names if c not in self.partitions]
+        names, cols = self._names(columns)
         got = []
         for start, stop in rows:
             first_row, groups = _row_groups(shard, start, stop)
@@ -241,6 +238,15 @@ class ParquetFormat:
         for x in got:
             x.meta, x.parts = meta, parts
         return got
+
+    def _names(self, columns: Sequence[str] | None) -> tuple[list[str] | None, list[str] | None]:
+        """(the columns a read gives, in order; those of them stored in the file: not
+        partition keys). None: all."""
+        names = list(columns) if columns is not None else None
+        if names is None and self.schema is not None:
+            names = self.schema.names
+        cols = None if names is None else [c for c in names if c not in self.partitions]
+        return names, cols
 
     def decode(self, fs: Any, got: _Fetched) -> pa.Table:
         """The decoding part of `read`: local files are read by pyarrow's own file here
