@@ -1,5 +1,6 @@
 """Storage, shard index, format readers and the streaming IterableDataset."""
 
+from .batching import Batch
 from .dataset import StreamingDataset
 from .errors import ShardError, StaleIndexError, StaleSidecarError
 from .index import ShardIndex
@@ -8,7 +9,10 @@ from .retry import RetryPolicy
 from .shard import Shard
 from .streams import Stream
 
+__shardstream__ = True  # the shardstream package checks that `loader` is this one
+
 __all__ = [
+    "Batch",
     "MixtureDataset",
     "RetryPolicy",
     "Shard",

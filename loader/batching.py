@@ -10,10 +10,33 @@ import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
 import torch
+from torch.utils.data._utils.collate import default_collate_fn_map
 
 from .arrow_numpy import numpy_of
 
-__all__ = ["column_to_batch", "numpy_view", "regroup"]
+__all__ = ["Batch", "column_to_batch", "numpy_view", "regroup"]
+
+
+class Batch(dict[str, Any]):
+    """A batch the dataset made (``batch_size=B``): column -> tensor or list, a plain dict
+    in every way but its type, which lets torch's collation recognize it (see
+    `_refuse_collation`)."""
+
+
+def _refuse_collation(batch: list[Any], *, collate_fn_map: Any = None) -> Any:
+    """A DataLoader with its own batch_size (1 by default) collating the dataset's batches
+    would stack them into [loader batch, B, ...] without a word: refuse, with the fix."""
+    raise TypeError(
+        f"DataLoader is batching shardstream batches (it collated {len(batch)} of them, each "
+        f"of {_rows(batch[0])} records): the dataset already batches (batch_size=...), so "
+        "pass batch_size=None to DataLoader, e.g. DataLoader(ds, batch_size=None, "
+        "num_workers=4); or leave batch_size out of the dataset and let DataLoader batch"
+    )
+
+
+# torch's documented extension point ("Extend `default_collate` by in-place modifying
+# `default_collate_fn_map`"): only our Batch type is added, nothing else changes.
+default_collate_fn_map[Batch] = _refuse_collation
 
 
 def _is_numeric(t: pa.DataType) -> bool:
@@ -81,7 +104,7 @@ def _concat(parts: list[Any], pad: Any = None) -> Any:
 
 def regroup(
     columns: Iterator[dict[str, Any]], size: int, pads: Mapping[str, Any] | None = None
-) -> Iterator[dict[str, Any]]:
+) -> Iterator[Batch]:
     """Batches of exactly `size` rows (the last may be short) from chunks of columns.
 
     Each chunk is converted once (tensors from Arrow's buffers); a batch inside one chunk
@@ -97,14 +120,14 @@ def regroup(
             part = {k: v[lo : lo + take] for k, v in chunk.items()}
             if pending:
                 parts = [*pending, part]
-                yield {k: _concat([p[k] for p in parts], pads.get(k)) for k in chunk}
+                yield Batch({k: _concat([p[k] for p in parts], pads.get(k)) for k in chunk})
                 pending, have = [], 0
             else:
-                yield part
+                yield Batch(part)
             lo += take
         if lo < n:
             pending.append({k: v[lo:] for k, v in chunk.items()})
             have += n - lo
     if pending:
         keys = pending[0].keys()
-        yield {k: _concat([p[k] for p in pending], pads.get(k)) for k in keys}
+        yield Batch({k: _concat([p[k] for p in pending], pads.get(k)) for k in keys})

@@ -13,12 +13,15 @@ from __future__ import annotations
 
 import logging
 import os
+import re
 from collections.abc import Callable, Sequence
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from typing import Any
 
 import numpy as np
 import pyarrow as pa
+from braceexpand import braceexpand
 from fsspec.core import split_protocol
 
 from .errors import StaleSidecarError
@@ -51,6 +54,18 @@ _COMPANIONS = (".json", ".idx")
 _EXAMPLES = 5
 
 Progress = Callable[[int, int], None]  # (shards done, shards in all)
+_BRACES = re.compile(r"\{[^{}]*(\.\.|,)[^{}]*\}")  # {000..099} or {a,b}
+
+
+def expand_braces(source: str | Sequence[str]) -> str | Sequence[str]:
+    """webdataset's shard naming: ``shard-{000000..000099}.tar`` (and ``{a,b}``) as the
+    list of URLs it names, by the `braceexpand` package webdataset uses; each item of a
+    list likewise. Anything without such braces as it is."""
+    if isinstance(source, str):
+        return list(braceexpand(source)) if _BRACES.search(source) else source
+    if not any(_BRACES.search(u) for u in source if isinstance(u, str)):
+        return source
+    return [x for u in source for x in (braceexpand(u) if isinstance(u, str) else [u])]
 
 
 @dataclass(frozen=True)
@@ -180,7 +195,11 @@ def _list_urls(urls: Sequence[str], storage_options: dict[str, Any] | None) -> l
         )
     _check_known(urls)
     _check_distinct(urls)
-    return [file_entry(u, storage_options) for u in urls]
+    if len(urls) == 1 or split_protocol(urls[0])[0] in (None, "file", "local"):
+        return [file_entry(u, storage_options) for u in urls]
+    # remote: one request a URL, so ask them concurrently (16 in flight), in list order
+    with ThreadPoolExecutor(max_workers=min(16, len(urls))) as pool:
+        return list(pool.map(lambda u: file_entry(u, storage_options), urls))
 
 
 def _check_distinct(urls: Sequence[str]) -> None:
@@ -229,6 +248,7 @@ def discover(
     of URLs or a manifest is taken as it is (sidecars are found by listing). `listed(n)`
     is told the files listed so far."""
     retry = retry or RetryPolicy()
+    source = expand_braces(source)
     where = source if isinstance(source, str) else "the listed shards"
     companions: list[FileEntry] = []
     hints: list[Hint | None] = []

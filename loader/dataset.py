@@ -4,12 +4,10 @@ from __future__ import annotations
 
 import itertools
 import time
-import warnings
 from collections.abc import Iterable, Iterator, Mapping, Sequence
 from operator import length_hint
 from typing import Any, ClassVar, TypeVar
 
-import torch
 from torch.utils.data import IterableDataset, get_worker_info
 
 from sampler import DEFAULT_WINDOW, ShardSampler, Topology
@@ -20,10 +18,20 @@ from sampler.resume import cut_segments
 from .batching import regroup
 from .decode import DecodeSpec, make_decoder
 from .distributed_index import shared_index
+from .epoch import EpochState
 from .formats import Format, format_for
+from .formats.tar import check_tar_columns
 from .index import ShardIndex
 from .kinds import kinds_of
-from .pipeline import DEFAULT_MEMORY_BUDGET, PlanReader
+from .options import (
+    Transform,
+    budget_args,
+    check_positive,
+    check_transform,
+    column_list,
+    transformed,
+)
+from .pipeline import PlanReader
 from .retry import RetryPolicy
 from .state import Layout, check_state
 from .stats import FIELDS as _FIELDS
@@ -35,51 +43,6 @@ __all__ = ["StreamingDataset"]
 
 T = TypeVar("T")
 RECORD_STEP = 1024  # record mode hands out records in lists of this many
-
-
-def _check_positive(name: str, value: object) -> int | None:
-    if value is None:
-        return None
-    return as_int(name, value, 1, what="a positive int or None")
-
-
-def _columns(columns: object) -> list[str] | None:
-    """The asked columns as a list: None for all, one str as one column (not its letters),
-    or an iterable of str; TypeError naming any other value."""
-    if columns is None:
-        return None
-    if isinstance(columns, str):
-        return [columns]
-    if isinstance(columns, bytes | bytearray) or not isinstance(columns, Iterable):
-        raise TypeError(
-            f"columns must be a column name or a list of names, got {columns!r} "
-            f"({type(columns).__name__})"
-        )
-    names = list(columns)
-    bad = [c for c in names if not isinstance(c, str)]
-    if bad:
-        raise TypeError(
-            f"columns must be names (str), got {bad[0]!r} ({type(bad[0]).__name__}) in {names!r}"
-        )
-    return names
-
-
-def _budget_args(memory_budget: object, prefetch: object) -> tuple[int, int | None]:
-    """(memory budget in bytes, the deprecated prefetch or None), checked."""
-    if prefetch is not None:
-        prefetch = as_int("prefetch", prefetch, 0, what="an int >= 0 (blocks read ahead)")
-        warnings.warn(
-            "StreamingDataset(prefetch=...) is deprecated and will be removed in the next "
-            "release: pass memory_budget (bytes of decoded data held plus read ahead)",
-            DeprecationWarning,
-            stacklevel=3,
-        )
-    if memory_budget is None:
-        return DEFAULT_MEMORY_BUDGET, prefetch if isinstance(prefetch, int) else None
-    memory_budget = as_int("memory_budget", memory_budget, 0, what="an int >= 0 (bytes)")
-    if prefetch is not None:
-        raise ValueError("pass memory_budget or the deprecated prefetch, not both")
-    return memory_budget, None
 
 
 def _batch_rows(batch: Mapping[str, Any]) -> int:
@@ -193,6 +156,7 @@ class StreamingDataset(IterableDataset[Any]):
         fill_nulls: Mapping[str, Any] | None = None,
         pad: Mapping[str, Any] | None = None,
         log_every: float | None = None,
+        transform: Transform | None = None,
     ) -> None:
         super().__init__()
         self._read_options(
@@ -206,6 +170,7 @@ class StreamingDataset(IterableDataset[Any]):
             retry,
             pad,
             log_every,
+            transform,
         )
         topo = Topology.resolve(num_replicas, rank)
         self.storage_options = dict(storage_options or {})
@@ -214,6 +179,8 @@ class StreamingDataset(IterableDataset[Any]):
         self.schema = (
             None if self.index.format == "tar" else self.index.columns_schema(self.columns)
         )
+        if self.index.format == "tar":
+            check_tar_columns(self.index.shards, self.columns)
         self.kinds = (
             kinds_of(self.schema, fill_nulls, pad)
             if self.schema is not None and self.batch_size is not None
@@ -224,7 +191,7 @@ class StreamingDataset(IterableDataset[Any]):
         self.sampler = ShardSampler(
             self.index, topo.world_size, topo.rank, shuffle, seed, drop_last, window, self.groups
         )
-        self._epoch = torch.zeros((), dtype=torch.int64).share_memory_()  # type: ignore[no-untyped-call]
+        self._state = EpochState()  # the epoch, shared with DataLoader workers
         self._position = 0  # items yielded in this epoch by this object, in this process
         self._resume: dict[str, Any] | None = None  # the loaded state, until another epoch
 
@@ -240,19 +207,21 @@ class StreamingDataset(IterableDataset[Any]):
         retry: RetryPolicy | None,
         pad: Mapping[str, Any] | None,
         log_every: float | None,
+        transform: Transform | None = None,
     ) -> None:
         """The options every source of a dataset is read with, checked (ValueError or
         TypeError naming the value) before any storage is touched."""
-        self.batch_size = _check_positive("batch_size", batch_size)
-        self.read_threads = _check_positive("read_threads", read_threads) or 1
-        self.memory_budget, self.prefetch = _budget_args(memory_budget, prefetch)
+        self.batch_size = check_positive("batch_size", batch_size)
+        self.read_threads = check_positive("read_threads", read_threads) or 1
+        self.memory_budget, self.prefetch = budget_args(memory_budget, prefetch)
         if log_every is not None and not (isinstance(log_every, int | float) and log_every > 0):
             raise ValueError(f"log_every must be seconds > 0 or None, got {log_every!r}")
         self.log_every = log_every
         self._stats = LoaderStats()
         self._live: tuple[Iterator[Any], int] | None = None  # records being handed out
         self.retry = retry or RetryPolicy()
-        self.columns = _columns(columns)
+        self.columns = column_list(columns)
+        self.transform = check_transform(transform)
         self.decode = decode
         if not isinstance(allow_pickle, bool):
             raise TypeError(f"allow_pickle must be True or False, got {allow_pickle!r}")
@@ -263,7 +232,7 @@ class StreamingDataset(IterableDataset[Any]):
 
     @property
     def epoch(self) -> int:
-        return int(self._epoch.item())
+        return self._state.epoch
 
     def set_epoch(self, epoch: IntLike) -> None:
         """Select the epoch; seen by DataLoader workers already running, too. Moving to
@@ -272,7 +241,7 @@ class StreamingDataset(IterableDataset[Any]):
         if epoch != self.epoch:
             self._resume, self._position, self._live = None, 0, None
         self.sampler.set_epoch(epoch)
-        self._epoch.fill_(epoch)
+        self._state.select(epoch)
 
     def _layout(self, num_workers: int) -> Layout:
         return Layout(
@@ -315,9 +284,21 @@ class StreamingDataset(IterableDataset[Any]):
         epoch, in this process, as a state for `load_state_dict`. Iterated directly
         (num_workers=0), that is the rank's stream: a full state (see `consumed_state`).
         Inside a DataLoader worker, that worker's own count {"epoch", "position"}: what
-        torchdata's StatefulDataLoader saves per worker."""
+        torchdata's StatefulDataLoader saves per worker.
+
+        In the main process after DataLoader workers read this epoch, this object yielded
+        nothing itself, and its count would restart the epoch on resume: RuntimeError
+        naming the two ways that count right (StatefulDataLoader, `consumed_state`)."""
         info = get_worker_info()
         if info is None:
+            if self._state.workers_read:
+                raise RuntimeError(
+                    "state_dict() was called in the main process, but DataLoader workers "
+                    f"read epoch {self.epoch}: this object yielded nothing here, so its "
+                    "position (0) would restart the epoch. Save torchdata's "
+                    "StatefulDataLoader(ds, batch_size=None, num_workers=W).state_dict() "
+                    "(it asks the workers), or ds.consumed_state(items_your_loop_took, W)"
+                )
             return self.consumed_state(self._consumed(), 0)
         state: dict[str, Any] = {"epoch": self.epoch, "position": self._consumed()}
         base = self._layout(info.num_workers).base_of(self._resume, self.epoch)
@@ -422,18 +403,28 @@ class StreamingDataset(IterableDataset[Any]):
         else:
             batches = regroup((fmt.batch(part) for part in taken), self.batch_size, self.pad)
             deliveries = ([b] for b in batches)
-        # the consumer is timed where it runs in this process (no DataLoader workers); items
-        # are handed out by chain's C loop straight from each list's iterator
-        handed = self._deliver(deliveries, stats, timed=info is None, logs=worker == 0)
+        return self._hand_out(deliveries, stats, info is not None, worker)
+
+    def _hand_out(
+        self, deliveries: Iterator[Any], stats: Stats, in_worker: bool, worker: int
+    ) -> Iterator[Any]:
+        """The items of the deliveries, transformed, as the pass's iterator: the consumer
+        is timed where it runs in this process (no DataLoader workers); items are handed
+        out by chain's C loop straight from each list's iterator."""
+        self._state.begin(in_worker, worker == 0, self.sampler.shuffle)
+        handed = self._deliver(
+            transformed(deliveries, self.transform), stats, timed=not in_worker, first=worker == 0
+        )
         return itertools.chain.from_iterable(handed)
 
     def _deliver(
-        self, deliveries: Iterator[Any], stats: Stats, timed: bool, logs: bool
+        self, deliveries: Iterator[Any], stats: Stats, timed: bool, first: bool
     ) -> Iterator[Iterator[Any]]:
         """An iterator over each delivery's items, in turn: a list's own iterator (a list of
         records or of one batch), so the position stays exact when the consumer stops in the
         middle (the iterator tells how many it still holds), with no Python code run per
-        item; or, for a generator of records, one that counts them one by one."""
+        item; or, for a generator of records, one that counts them one by one. `first`:
+        the main process or worker 0, which logs and marks the pass finished."""
         wait_i, wall_i, rec_i = (
             _FIELDS.index(f) for f in ("consumer_wait_s", "consumer_wall_s", "records")
         )
@@ -443,13 +434,14 @@ class StreamingDataset(IterableDataset[Any]):
             t0 = time.perf_counter()
             items = next(deliveries, None)
             if items is None:
+                self._state.finish(first)
                 return
             if timed:
                 t1 = time.perf_counter()
                 row[wait_i] += t1 - t0
                 row[wall_i] += t1 - ready
                 ready = t1
-            if logs and self.log_every:
+            if first and self.log_every:
                 self._stats.maybe_log(self.log_every)
             if isinstance(items, list):
                 row[rec_i] += len(items) if self.batch_size is None else _batch_rows(items[0])

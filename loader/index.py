@@ -17,6 +17,7 @@ from .build import assemble, discover, scan
 from .errors import StaleIndexError
 from .formats import format_for
 from .formats.parquet_meta import schema_from_b64, schema_to_b64
+from .hf import check_hf_rows, hf_files
 from .retry import RetryPolicy
 from .schemas import select_schema, unify_schemas
 from .shard import Shard
@@ -226,10 +227,16 @@ class ShardIndex:
         progress: Callable[[int, int], None] | None = None,
         retry: RetryPolicy | None = None,
     ) -> ShardIndex:
-        """A ShardIndex as given, a saved index (a path ending in .json), or a new build."""
+        """A ShardIndex as given, a saved index (a path ending in .json), a
+        ``datasets.Dataset`` (its Arrow files, see loader.hf), or a new build."""
         source = as_url(source)
         if isinstance(source, ShardIndex):
             return source
+        files = hf_files(source)
+        if files is not None:  # a datasets.Dataset: its Arrow files
+            index = cls.build(files, None, progress, retry)
+            check_hf_rows(source, index.columns_schema(None).names, index.num_records)
+            return index
         if isinstance(source, str) and source.endswith(INDEX_SUFFIXES):
             return cls.load(source, storage_options)
         if isinstance(source, str | list | tuple):

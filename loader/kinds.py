@@ -10,7 +10,8 @@ dataset: a null or a row of another length cannot turn a tensor column into a li
     list / large_list of numbers      tensor (n, L): every row of the dataset must have the
                                       one length L (the first read tells it), else an error
                                       naming column, shard and lengths; or, with `pad`, rows
-                                      padded to the batch's longest with the pad value
+                                      padded to the batch's longest with the pad value, and
+                                      their lengths beside them as ``<column>__len`` (n,)
     anything else (strings, ...)      list
 
 Nulls in a tensor column: NaN for floats; for integers and booleans an error naming the
@@ -31,7 +32,9 @@ from .arrow_numpy import numpy_of
 from .errors import ShardError
 from .storage import redact
 
-__all__ = ["Kind", "check_part", "kind_of", "kinds_of", "tensor_view"]
+__all__ = ["LENGTHS", "Kind", "check_part", "kind_of", "kinds_of", "tensor_view"]
+
+LENGTHS = "__len"  # a padded column's row lengths come as "<column>__len"
 
 _WIDER = {
     pa.uint8(): pa.int32(),
@@ -110,6 +113,12 @@ def kinds_of(
     not_ragged = [n for n in pad if not kinds[n].ragged]
     if not_ragged:
         raise ValueError(f"pad applies to list columns of numbers (list<...>), not to {not_ragged}")
+    taken = [n + LENGTHS for n in pad if n + LENGTHS in schema.names]
+    if taken:
+        raise ValueError(
+            f"pad gives each padded column its row lengths as '<column>{LENGTHS}', but the "
+            f"data has columns named {taken}: rename them, or leave them out with columns=[...]"
+        )
     return kinds
 
 

@@ -20,7 +20,6 @@ stream, the cursor at the epoch's start (`MixtureSampler.state_dict()["streams"]
 from __future__ import annotations
 
 import contextlib
-import itertools
 import os
 from collections.abc import Iterator, Mapping, Sequence
 from concurrent.futures import ThreadPoolExecutor
@@ -29,7 +28,6 @@ from typing import Any
 
 import numpy as np
 import pyarrow as pa
-import torch
 from torch.utils.data import IterableDataset, get_worker_info
 
 from sampler import DEFAULT_WINDOW, MixtureSampler, Topology
@@ -42,9 +40,12 @@ from .arrow_numpy import indices
 from .batching import regroup
 from .dataset import RECORD_STEP, StreamingDataset, _shared_index
 from .decode import DecodeSpec
+from .epoch import EpochState
 from .errors import ShardError, redact
 from .formats import Format
+from .formats.tar import check_tar_columns
 from .kinds import Kind, kinds_of
+from .options import Transform
 from .pipeline import MemoryBudget, PlanReader, decoding_pool, is_local
 from .retry import RetryPolicy
 from .state import Layout, check_state
@@ -107,6 +108,7 @@ class MixtureDataset(StreamingDataset):
         fill_nulls: Mapping[str, Any] | None = None,
         pad: Mapping[str, Any] | None = None,
         log_every: float | None = None,
+        transform: Transform | None = None,
     ) -> None:
         IterableDataset.__init__(self)
         if not is_mixture(streams):
@@ -122,6 +124,7 @@ class MixtureDataset(StreamingDataset):
             retry,
             pad,
             log_every,
+            transform,
         )
         topo = Topology.resolve(num_replicas, rank)
         self.streams = list(streams)
@@ -137,6 +140,9 @@ class MixtureDataset(StreamingDataset):
             _shared_index(s.source, o, self.retry) for s, o in zip(self.streams, self.options)
         ]
         self._check_formats()
+        for idx in self.indexes:
+            if idx.format == "tar":
+                check_tar_columns(idx.shards, self.columns)
         self.schemas = [
             None if idx.format == "tar" else idx.columns_schema(self.columns)
             for idx in self.indexes
@@ -171,7 +177,7 @@ class MixtureDataset(StreamingDataset):
             self.names,
             groups,
         )
-        self._epoch = torch.zeros((), dtype=torch.int64).share_memory_()  # type: ignore[no-untyped-call]
+        self._state = EpochState()
         self._position = 0
         self._resume: dict[str, Any] | None = None
 
@@ -251,7 +257,7 @@ class MixtureDataset(StreamingDataset):
             self._resume, self._position = None, 0
         if not self._resized(epoch):
             self._mix.set_epoch(epoch)
-        self._epoch.fill_(epoch)
+        self._state.select(epoch)
 
     def _streams_state(self) -> dict[str, Any]:
         """Per stream, the cursor at the current epoch's start in the layout it started in."""
@@ -278,7 +284,7 @@ class MixtureDataset(StreamingDataset):
             raise ValueError(f"a mixture state needs 'streams' (per-stream cursors), got {state!r}")
         checked = check_state(state)
         self._resume, self._position = checked, checked["position"]
-        self._epoch.fill_(checked["epoch"])
+        self._state.select(checked["epoch"])
         epoch, replicas = checked["epoch"], self._root_replicas()
         if replicas == self._mix.num_replicas:
             self._mix.load_state_dict({"epoch": epoch, "position": 0, "streams": state["streams"]})
@@ -357,8 +363,7 @@ class MixtureDataset(StreamingDataset):
             if self.batch_size is None
             else ([b] for b in regroup(chunks, self.batch_size, self.pad))
         )
-        handed = self._deliver(deliveries, stats, timed=info is None, logs=worker == 0)
-        return itertools.chain.from_iterable(handed)
+        return self._hand_out(deliveries, stats, info is not None, worker)
 
     def _chunks(
         self,

@@ -21,7 +21,7 @@ from typing import Any, TypeVar
 
 from .errors import ShardError
 from .stats import current
-from .storage import Indexed, cat_ranges, denied, redact
+from .storage import Indexed, cat_ranges, denied, no_credentials, redact
 
 __all__ = [
     "RetryPolicy",
@@ -149,6 +149,9 @@ def retrying(what: str, policy: RetryPolicy, fn: Callable[[], T]) -> T:
         try:
             return fn()
         except Exception as e:
+            missing = no_credentials(what, e)
+            if missing is not None:
+                raise missing from None  # botocore's traceback names no bucket
             if not is_transient(e):
                 raise
             if first_failure is None:
@@ -273,6 +276,9 @@ def _check(
         raise FileNotFoundError(f"{redact(url)}: shard not found") from error
     if isinstance(error, PermissionError):
         raise denied(url, error) from error
+    missing = no_credentials(url, error)
+    if missing is not None:
+        raise missing from None
     if not is_transient(error) and not isinstance(error, EOFError):
         raise ShardError(
             f"{redact(url)}: cannot read bytes [{b}, {e}): {type(error).__name__}: {error}"

@@ -63,6 +63,23 @@ def strip_credentials(url: str) -> str:
     return _USERINFO.sub("", str(url))
 
 
+_NO_CREDENTIALS = {"NoCredentialsError", "PartialCredentialsError"}
+
+
+def no_credentials(url: str, error: BaseException) -> PermissionError | None:
+    """botocore's "Unable to locate credentials" (raised deep in the request signer, with
+    a long traceback naming no bucket) as a PermissionError naming the URL and where
+    credentials go; None for any other error."""
+    if not {t.__name__ for t in type(error).__mro__} & _NO_CREDENTIALS:
+        return None
+    return PermissionError(
+        f"{redact(url)}: no S3 credentials found ({error}): set AWS_ACCESS_KEY_ID and "
+        "AWS_SECRET_ACCESS_KEY (or AWS_PROFILE) in the environment, or pass "
+        "storage_options={'key': ..., 'secret': ...}; a public bucket reads with "
+        "storage_options={'anon': True}"
+    )
+
+
 def denied(url: str, error: BaseException) -> PermissionError:
     """A PermissionError naming the URL and what to check."""
     return PermissionError(

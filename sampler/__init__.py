@@ -7,6 +7,8 @@ from .plan import Chunk, Plan, all_plans, build_plan
 from .shard_sampler import DEFAULT_WINDOW, HasShardSizes, ShardSampler
 from .topology import Topology
 
+__shardstream__ = True  # the shardstream package checks that `sampler` is this one
+
 __all__ = [
     "DEFAULT_WINDOW",
     "Chunk",

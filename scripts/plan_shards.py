@@ -1,6 +1,6 @@
 """Show how a sharded dataset splits over a job's ranks, and save its index.
 
-    plan_shards.py SOURCE --world-size R [--workers W] [--seed S] [--epoch E] [--drop-last]
+    plan_shards.py SOURCE [--world-size R] [--workers W] [--seed S] [--epoch E] [--drop-last]
                    [--save-index PATH] [--json] [--plot PNG] [--storage-options JSON]
                    [--index-workers N] [--write-sidecars] [--no-sidecars]
     plan_shards.py --simulate-shards S --records-per-shard N --world-size R ...
@@ -21,6 +21,7 @@ from __future__ import annotations
 import argparse
 import json
 import sys
+import textwrap
 from dataclasses import dataclass
 from typing import Any
 
@@ -57,7 +58,7 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
         prog="shardstream-plan", description=__doc__.split("\n")[0] if __doc__ else None
     )
     p.add_argument("source", nargs="?", help="directory, s3:// prefix, glob or saved index")
-    p.add_argument("--world-size", type=int, required=True, help="number of ranks R")
+    p.add_argument("--world-size", type=int, default=1, help="number of ranks R (default 1)")
     p.add_argument("--workers", type=int, default=1, help="DataLoader workers per rank")
     p.add_argument("--seed", type=int, default=0)
     p.add_argument("--epoch", type=int, default=0)
@@ -196,7 +197,30 @@ def summary(
         "drop_last": args.drop_last,
         "balance": max(records) / min(records) if min(records) else None,
         "mixing": None if mixing != mixing else mixing,
+        **_amplification(index, rows),
         "per_rank": [r.__dict__ for r in rows],
+    }
+
+
+def _amplification(index: ShardIndex | None, rows: list[RankRow]) -> dict[str, Any]:
+    """Bytes all ranks read against reading each shard once, and the shards of a single
+    read group (a reader of any of its records reads all of it: pandas and pyarrow write
+    one row group per file of up to a million rows or more)."""
+    if index is None:
+        return {}
+    read = sum(r.bytes or 0 for r in rows)
+    # what reading every shard once, whole, reads (its column chunks or tar members)
+    stored = sum(index.bytes_for(i, 0, s.num_records) for i, s in enumerate(index.shards))
+    single = sum(
+        1
+        for s in index.shards
+        if s.num_records > 1 and len(s.details.get("row_group_rows", ())) == 1
+    )
+    return {
+        "bytes_stored": stored,
+        "bytes_read": read,
+        "read_amplification": read / stored if stored else None,
+        "single_group_shards": single,
     }
 
 
@@ -222,6 +246,24 @@ def print_table(doc: dict[str, Any]) -> None:
     balance = "-" if doc["balance"] is None else f"{doc['balance']:.3f}"
     mixing = "-" if doc["mixing"] is None else f"{doc['mixing']:.2f}"
     print(f"balance (max/min records): {balance}; mixing (distinct shards per 64): {mixing}")
+    amp = doc.get("read_amplification")
+    if amp is not None and amp > 1.05:
+        single = doc["single_group_shards"]
+        why = (
+            f"{single:,} shards are one row group each (pandas and pyarrow write one row "
+            "group per file of up to a million rows or more), "
+            if single
+            else ""
+        )
+        print(
+            textwrap.fill(
+                f"note: the ranks read {amp:.2f}x the bytes of reading each shard once: "
+                f"{why}and every rank or worker reading part of a row group reads all of "
+                "it. Write smaller row groups, e.g. df.to_parquet(path, row_group_size=10_000) or "
+                "pyarrow.parquet.write_table(table, path, row_group_size=10_000)",
+                width=100,
+            )
+        )
 
 
 def print_mixture(doc: dict[str, Any]) -> None:

@@ -27,7 +27,7 @@ import pyarrow.compute as pc
 
 from ..arrow_numpy import indices, numpy_of
 from ..batching import numpy_view
-from ..kinds import Kind, tensor_view
+from ..kinds import LENGTHS, Kind, tensor_view
 
 __all__ = ["Block", "gather", "padded", "record_maker"]
 
@@ -53,15 +53,16 @@ def _numeric(chunks: list[pa.Array], kind: Kind | None) -> np.ndarray | None:
     return first if len(views) == 1 else np.concatenate(views)
 
 
-def padded(arr: pa.Array, value: Any) -> np.ndarray:
-    """(n, longest) numpy array of a list array's rows, shorter rows padded with `value`."""
-    lengths = numpy_of(pc.list_value_length(arr))
+def padded(arr: pa.Array, value: Any) -> tuple[np.ndarray, np.ndarray]:
+    """(n, longest) numpy array of a list array's rows, shorter rows padded with `value`,
+    and the (n,) int64 row lengths (a batch holds them as ``<column>__len``)."""
+    lengths = numpy_of(pc.list_value_length(arr)).astype(np.int64)
     flat = numpy_of(arr.flatten())
     out = np.full((len(arr), int(lengths.max(initial=0))), value, dtype=flat.dtype)
     # (total,) column of each value inside its row
     within = np.arange(flat.size) - np.repeat(np.cumsum(lengths) - lengths, lengths)
     out[np.repeat(np.arange(len(arr)), lengths), within] = flat
-    return out
+    return out, lengths
 
 
 class Block:
@@ -148,7 +149,7 @@ class Block:
             arrow_rows = indices(rows) if arrow_rows is None else arrow_rows
             out[name] = self.columns[name].take(arrow_rows)
             if pad and name in self._pads:
-                out[name] = padded(out[name], self._pads[name])
+                out[name], out[name + LENGTHS] = padded(out[name], self._pads[name])
         return out
 
     @staticmethod

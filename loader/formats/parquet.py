@@ -17,7 +17,7 @@ from torch.utils.data import get_worker_info
 
 from ..batching import column_to_batch
 from ..errors import ShardError
-from ..kinds import Kind, check_length, check_part
+from ..kinds import LENGTHS, Kind, check_length, check_part
 from ..partitions import check_hive_values, partition_arrays
 from ..ranges import PartsFile
 from ..retry import RetryPolicy, count_fetched, read_ranges
@@ -398,12 +398,17 @@ class ParquetFormat:
         return gather(joined, np.asarray(which, dtype=np.int64), np.asarray(rows, dtype=np.int64))
 
     def cut(self, taken: dict[str, Any], lo: int, hi: int) -> dict[str, Any]:
-        """Rows [lo, hi) of what `gather` gave; padded list columns padded to their longest."""
+        """Rows [lo, hi) of what `gather` gave; padded list columns padded to their longest,
+        each with its rows' lengths as ``<column>__len`` (int64), so a model can tell
+        padding from data (``mask = arange(width) < lengths[:, None]``)."""
         pads = {} if self.kinds is None else {k: v.pad for k, v in self.kinds.items() if v.ragged}
-        return {
-            k: padded(v[lo:hi], pads[k]) if pads.get(k) is not None else v[lo:hi]
-            for k, v in taken.items()
-        }
+        out: dict[str, Any] = {}
+        for k, v in taken.items():
+            if pads.get(k) is None:
+                out[k] = v[lo:hi]
+            else:  # padded rows, and their lengths beside them
+                out[k], out[k + LENGTHS] = padded(v[lo:hi], pads[k])
+        return out
 
     def records(self, taken: dict[str, Any]) -> list[dict[str, Any]] | Iterator[dict[str, Any]]:
         return Block.records(taken)

@@ -9,6 +9,7 @@ its members, in one coalesced range read per piece.
 
 from __future__ import annotations
 
+import difflib
 import gzip
 import zlib
 from collections.abc import Callable, Sequence
@@ -33,7 +34,96 @@ from .tar_scan import (
     scan_tar,
 )
 
-__all__ = ["RangeFile", "TarFormat", "choose_ranged", "group_members", "scan_tar"]
+__all__ = [
+    "RangeFile",
+    "TarFormat",
+    "check_tar_columns",
+    "choose_ranged",
+    "group_members",
+    "scan_tar",
+]
+
+_META = ("__key__", "__url__")  # every sample has them; asking for them is fine
+
+
+def _is_number(v: Any) -> bool:
+    return isinstance(v, int | float) and not isinstance(v, bool)
+
+
+def _shape(v: Any) -> tuple[str, tuple[int, ...], str] | None:
+    """(array kind, shape, dtype) of a tensor or numpy array, else None."""
+    if isinstance(v, torch.Tensor):
+        return "tensor", tuple(v.shape), str(v.dtype)
+    if isinstance(v, np.ndarray) and v.dtype != object:
+        return "ndarray", v.shape, str(v.dtype)
+    return None
+
+
+Kind = Any  # a batch field's kind: "number", "list", or the (kind, shape, dtype) it stacks
+
+
+def _kind_of(values: list[Any]) -> Kind:
+    if values and all(_is_number(v) for v in values):
+        return "number"
+    first = _shape(values[0]) if values else None
+    if first is not None and all(_shape(v) == first for v in values):
+        return first
+    return "list"
+
+
+def _misfit(kind: Kind, values: list[Any]) -> int | None:
+    """Index of the first value that does not fit the field's kind, or None."""
+    if kind == "number":
+        return next((i for i, v in enumerate(values) if not _is_number(v)), None)
+    return next((i for i, v in enumerate(values) if _shape(v) != kind), None)
+
+
+def _describe(shape: tuple[str, tuple[int, ...], str] | None, v: Any = None) -> str:
+    if shape is None:
+        return type(v).__name__
+    return f"a {shape[0]} of shape {list(shape[1])} and dtype {shape[2]}"
+
+
+def _stack(values: list[Any]) -> torch.Tensor:
+    if isinstance(values[0], torch.Tensor):
+        return torch.stack(values)
+    return torch.from_numpy(np.stack(values))
+
+
+def check_tar_columns(shards: Sequence[Shard], columns: Sequence[str] | None) -> None:
+    """ValueError for an asked extension that no indexed sample has (``"jpeg"`` on ``.jpg``
+    shards would yield samples holding only ``__key__`` and ``__url__``), as Parquet does
+    for an unknown column; and for webdataset's alternatives (``"jpg;png"``), which a
+    column list cannot express. Shards known only by a record count (a manifest) are not
+    looked into; when no shard is indexed yet, nothing is checked."""
+    if not columns:
+        return
+    alternatives = [c for c in columns if ";" in c]
+    if alternatives:
+        parts = sorted({p for c in alternatives for p in c.split(";") if p})
+        raise ValueError(
+            f"columns={list(columns)!r}: {alternatives[0]!r} is webdataset's 'one of these' "
+            f"form, which columns does not take: list each extension (columns={parts!r}) "
+            "and use whichever the sample has"
+        )
+    asked = [c for c in columns if c not in _META]
+    seen: set[str] = set()
+    indexed = [s for s in shards if s.num_records and "members" in s.details]
+    for shard in indexed:
+        for members in shard.details["members"]:
+            seen.update(m[0] for m in members)
+        if seen.issuperset(asked):
+            return
+    missing = [c for c in asked if c not in seen]
+    if not indexed or not missing:
+        return
+    close = {c: difflib.get_close_matches(c, sorted(seen), n=1) for c in missing}
+    hints = "".join(f"; did you mean {m[0]!r} for {c!r}?" for c, m in close.items() if m)
+    raise ValueError(
+        f"columns: no sample in the tar shards has the extension(s) {missing} "
+        f"(e.g. {redact(indexed[0].url)}); their extensions are {sorted(seen)[:20]}{hints}"
+    )
+
 
 GROUP_BYTES = 1 << 20  # a read group: consecutive records holding at least this many bytes
 _SAMPLE_OVERHEAD = 256  # bytes a sample dict and its key take beyond its members' data
@@ -60,7 +150,7 @@ class TarFormat:
     ):
         self.decode_sample = decode
         self.retry = retry or RetryPolicy()
-        self._tensors: dict[str, bool] = {}  # batch fields: tensor or list, once decided
+        self._kinds: dict[str, Kind] = {}  # batch fields' kinds, decided by the first batch
 
     def scan(self, fs: Any, entries: Sequence[FileEntry]) -> list[dict[str, Any]]:
         """Each shard's records and member ranges from its headers (sidecars are read by
@@ -226,21 +316,29 @@ class TarFormat:
         return taken
 
     def batch(self, taken: list[dict[str, Any]]) -> dict[str, Any]:
-        """Field -> list of values; a field whose values were all plain ints or floats in
-        the first batch holding it -> a tensor, in every batch after (a later batch where
-        it is missing or not a number raises ShardError naming the field and a sample)."""
+        """Field -> values, as webdataset's batching and torch's collation give them: plain
+        ints or floats -> a 1-D tensor; tensors or numpy arrays of one shape and dtype
+        (decoded images, ``.npy``) -> one stacked tensor; anything else -> a list. A
+        field's kind is decided by the first batch holding it and kept in every batch
+        after: a later batch that does not fit raises ShardError naming the field and a
+        sample (decode images to one size, e.g. in a decode handler, to stack them)."""
         fields = list(dict.fromkeys(k for sample in taken for k in sample))
         out: dict[str, Any] = {}
         for name in fields:
             values = [sample.get(name) for sample in taken]
-            numeric = all(isinstance(v, int | float) and not isinstance(v, bool) for v in values)
-            tensor = self._tensors.setdefault(name, numeric and bool(values))
-            if tensor and not numeric:
-                bad = next(s for s, v in zip(taken, values) if not isinstance(v, int | float))
+            kind = self._kinds.setdefault(name, _kind_of(values))
+            if kind == "list":
+                out[name] = values
+                continue
+            bad = _misfit(kind, values)
+            if bad is not None:
+                sample, now = taken[bad], _describe(_shape(values[bad]), values[bad])
+                was = "numbers" if kind == "number" else _describe(kind)
                 raise ShardError(
-                    f"{redact(str(bad.get('__url__')))}: field {name!r} of sample "
-                    f"{bad.get('__key__')!r} is {type(bad.get(name)).__name__}, but earlier "
-                    "batches made it a tensor of numbers; a batch field keeps one kind"
+                    f"{redact(str(sample.get('__url__')))}: field {name!r} of sample "
+                    f"{sample.get('__key__')!r} is {now}, but the first batch made it {was} "
+                    "(a tensor); a batch field keeps one kind: decode it to one shape "
+                    "and type (e.g. resize images in a decode handler)"
                 )
-            out[name] = torch.tensor(values) if tensor else values
+            out[name] = torch.tensor(values) if kind == "number" else _stack(values)
         return out

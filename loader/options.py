@@ -1,0 +1,104 @@
+"""The read options of a dataset, checked (ValueError or TypeError naming the value) before
+any storage is touched, and `transform=` applied where the items are made."""
+
+from __future__ import annotations
+
+import warnings
+from collections.abc import Callable, Iterable, Iterator
+from typing import Any
+
+from sampler.checks import as_int
+
+from .pipeline import DEFAULT_MEMORY_BUDGET
+
+__all__ = ["budget_args", "check_positive", "check_transform", "column_list", "transformed"]
+
+Transform = Callable[[Any], Any]
+
+
+def check_positive(name: str, value: object) -> int | None:
+    if value is None:
+        return None
+    return as_int(name, value, 1, what="a positive int or None")
+
+
+def column_list(columns: object) -> list[str] | None:
+    """The asked columns as a list: None for all, one str as one column (not its letters),
+    or an iterable of str; TypeError naming any other value."""
+    if columns is None:
+        return None
+    if isinstance(columns, str):
+        return [columns]
+    if isinstance(columns, bytes | bytearray) or not isinstance(columns, Iterable):
+        raise TypeError(
+            f"columns must be a column name or a list of names, got {columns!r} "
+            f"({type(columns).__name__})"
+        )
+    names = list(columns)
+    bad = [c for c in names if not isinstance(c, str)]
+    if bad:
+        raise TypeError(
+            f"columns must be names (str), got {bad[0]!r} ({type(bad[0]).__name__}) in {names!r}"
+        )
+    return names
+
+
+def budget_args(memory_budget: object, prefetch: object) -> tuple[int, int | None]:
+    """(memory budget in bytes, the deprecated prefetch or None), checked."""
+    if prefetch is not None:
+        prefetch = as_int("prefetch", prefetch, 0, what="an int >= 0 (blocks read ahead)")
+        warnings.warn(
+            "StreamingDataset(prefetch=...) is deprecated and will be removed in the next "
+            "release: pass memory_budget (bytes of decoded data held plus read ahead)",
+            DeprecationWarning,
+            stacklevel=3,
+        )
+    if memory_budget is None:
+        return DEFAULT_MEMORY_BUDGET, prefetch if isinstance(prefetch, int) else None
+    memory_budget = as_int("memory_budget", memory_budget, 0, what="an int >= 0 (bytes)")
+    if prefetch is not None:
+        raise ValueError("pass memory_budget or the deprecated prefetch, not both")
+    return memory_budget, None
+
+
+def check_transform(transform: object) -> Transform | None:
+    """`transform` as given: None or a callable (TypeError naming anything else)."""
+    if transform is not None and not callable(transform):
+        raise TypeError(
+            f"transform must be a function of a record (or of a batch, with batch_size), "
+            f"got {transform!r} ({type(transform).__name__})"
+        )
+    return transform
+
+
+def _none(where: str) -> TypeError:
+    return TypeError(
+        f"transform= returned None for {where}: it must return the new record (or batch); "
+        "each item yields one (the record counts of every rank stay equal)"
+    )
+
+
+def _checked(transform: Transform, items: Iterable[Any]) -> Iterator[Any]:
+    for item in items:
+        out = transform(item)
+        if out is None:
+            raise _none("a record")
+        yield out
+
+
+def transformed(deliveries: Iterator[Any], transform: Transform | None) -> Iterator[Any]:
+    """Each delivery (a list of records, a list of one batch, or a generator of records)
+    with `transform` applied to each item, keeping its shape (a list stays a list, so the
+    dataset's position stays exact); the deliveries as they are without a transform."""
+    if transform is None:
+        return deliveries
+    return (_apply(transform, items) for items in deliveries)
+
+
+def _apply(transform: Transform, items: Any) -> Any:
+    if not isinstance(items, list):
+        return _checked(transform, items)
+    out = [transform(x) for x in items]
+    if any(x is None for x in out):
+        raise _none("an item")
+    return out
