@@ -3,9 +3,7 @@
 from __future__ import annotations
 
 import itertools
-import time
 from collections.abc import Iterable, Iterator, Mapping, Sequence
-from operator import length_hint
 from typing import Any, ClassVar, TypeVar
 
 from torch.utils.data import IterableDataset, get_worker_info
@@ -16,6 +14,7 @@ from sampler.plan import Plan
 from sampler.resume import cut_segments
 
 from .batching import regroup
+from .cursor import Cursor
 from .decode import DecodeSpec, make_decoder
 from .distributed_index import shared_index
 from .epoch import EpochState
@@ -34,7 +33,6 @@ from .options import (
 from .pipeline import PlanReader
 from .retry import RetryPolicy
 from .state import Layout, check_state
-from .stats import FIELDS as _FIELDS
 from .stats import LoaderStats, Stats
 from .storage import UrlOrPath
 from .streams import is_mixture
@@ -43,10 +41,6 @@ __all__ = ["StreamingDataset"]
 
 T = TypeVar("T")
 RECORD_STEP = 1024  # record mode hands out records in lists of this many
-
-
-def _batch_rows(batch: Mapping[str, Any]) -> int:
-    return len(next(iter(batch.values()))) if batch else 0
 
 
 def _shared_index(
@@ -84,9 +78,15 @@ class StreamingDataset(IterableDataset[Any]):
     A column's kind is decided once, from the schema (loader.kinds): nulls in float
     columns become NaN, in integer columns an error unless `fill_nulls` gives a value
     (``{"label": -1}``); plain list columns whose rows differ in length are an error unless
-    `pad` gives a pad value (``{"tokens": 0}``: rows padded to each batch's longest).
+    `pad` gives a pad value (``{"tokens": 0}``: rows padded to each batch's longest, their
+    lengths beside them as ``tokens__len``). A batch is a `loader.Batch` (a dict); a
+    DataLoader batching batches (its own batch_size) raises TypeError with the fix.
+    `transform` (a function) maps each record, or each batch, where it is made (inside
+    DataLoader workers); it returns one item for one, so `len` and resume hold.
     `columns` selects Parquet columns (Hive partition keys included) or tar extensions:
-    one name (a str) or a list of them.
+    one name (a str) or a list of them (an extension no indexed sample has: ValueError).
+    `source` may also name shards with webdataset's braces (``shard-{000..099}.tar``) or
+    be a ``datasets.Dataset`` (its Arrow files, loader.hf).
 
     Reading: each piece (a shard's row range) is read group by group (Parquet: runs of
     row groups holding 256 KiB or more stored; tar: runs of members holding 1 MiB), which
@@ -118,7 +118,8 @@ class StreamingDataset(IterableDataset[Any]):
     ValueError.
 
     `set_epoch` reaches workers started earlier (``persistent_workers=True``): the epoch
-    lives in a shared-memory tensor.
+    lives in a shared-memory tensor (loader.epoch), which also lets a second full pass
+    over one epoch without `set_epoch` warn once.
     """
 
     # The class a list of `loader.Stream` makes: loader.mixture.MixtureDataset, which
@@ -192,7 +193,7 @@ class StreamingDataset(IterableDataset[Any]):
             self.index, topo.world_size, topo.rank, shuffle, seed, drop_last, window, self.groups
         )
         self._state = EpochState()  # the epoch, shared with DataLoader workers
-        self._position = 0  # items yielded in this epoch by this object, in this process
+        self._cursor = Cursor()  # items handed out in this epoch, in this process
         self._resume: dict[str, Any] | None = None  # the loaded state, until another epoch
 
     def _read_options(
@@ -218,7 +219,6 @@ class StreamingDataset(IterableDataset[Any]):
             raise ValueError(f"log_every must be seconds > 0 or None, got {log_every!r}")
         self.log_every = log_every
         self._stats = LoaderStats()
-        self._live: tuple[Iterator[Any], int] | None = None  # records being handed out
         self.retry = retry or RetryPolicy()
         self.columns = column_list(columns)
         self.transform = check_transform(transform)
@@ -239,7 +239,8 @@ class StreamingDataset(IterableDataset[Any]):
         another epoch drops a loaded resume state."""
         epoch = as_int("epoch", epoch, 0)
         if epoch != self.epoch:
-            self._resume, self._position, self._live = None, 0, None
+            self._resume = None
+            self._cursor.reset()
         self.sampler.set_epoch(epoch)
         self._state.select(epoch)
 
@@ -251,14 +252,6 @@ class StreamingDataset(IterableDataset[Any]):
             self.sampler.num_records,
             self.sampler.drop_last,
         )
-
-    def _consumed(self) -> int:
-        """Items this object has handed out in the epoch: exact even in the middle of a
-        list of records (its iterator tells how many it still holds)."""
-        if self._live is None:
-            return self._position
-        it, n = self._live
-        return self._position + n - length_hint(it)
 
     def stats(self) -> dict[str, Any]:
         """Counters of this process and its DataLoader workers, summed (see loader.stats):
@@ -299,8 +292,8 @@ class StreamingDataset(IterableDataset[Any]):
                     "StatefulDataLoader(ds, batch_size=None, num_workers=W).state_dict() "
                     "(it asks the workers), or ds.consumed_state(items_your_loop_took, W)"
                 )
-            return self.consumed_state(self._consumed(), 0)
-        state: dict[str, Any] = {"epoch": self.epoch, "position": self._consumed()}
+            return self.consumed_state(self._cursor.consumed(), 0)
+        state: dict[str, Any] = {"epoch": self.epoch, "position": self._cursor.consumed()}
         base = self._layout(info.num_workers).base_of(self._resume, self.epoch)
         if base is not None:
             state["elastic"] = base
@@ -336,7 +329,7 @@ class StreamingDataset(IterableDataset[Any]):
         state = check_state(state)
         self.set_epoch(state["epoch"])
         self._resume = state
-        self._position, self._live = state["position"], None
+        self._cursor.reset(state["position"])
 
     def __len__(self) -> int:
         """Records (or batches, with batch_size) this rank yields per epoch; equal on all
@@ -376,7 +369,7 @@ class StreamingDataset(IterableDataset[Any]):
         worker, workers = (info.id, info.num_workers) if info is not None else (0, 0)
         layout = self._layout(workers)
         segments, skip = layout.worker_part(self._resume, self.epoch, self.sampler.rank, worker)
-        self._position, self._live = skip, None
+        self._cursor.reset(skip)
         records = sum(b - a for *_, a, b in segments)
         start = min(records, skip * layout.item)
         fmt = self._format()
@@ -411,53 +404,18 @@ class StreamingDataset(IterableDataset[Any]):
         """The items of the deliveries, transformed, as the pass's iterator: the consumer
         is timed where it runs in this process (no DataLoader workers); items are handed
         out by chain's C loop straight from each list's iterator."""
-        self._state.begin(in_worker, worker == 0, self.sampler.shuffle)
-        handed = self._deliver(
-            transformed(deliveries, self.transform), stats, timed=not in_worker, first=worker == 0
+        first = worker == 0  # the main process or worker 0: logs, marks the pass finished
+        self._state.begin(in_worker, first, self.sampler.shuffle)
+        log = (lambda: self._stats.maybe_log(self.log_every)) if first and self.log_every else None
+        handed = self._cursor.hand_out(
+            transformed(deliveries, self.transform),
+            stats.row,
+            batches=self.batch_size is not None,
+            timed=not in_worker,
+            tick=log,
+            done=lambda: self._state.finish(first),
         )
         return itertools.chain.from_iterable(handed)
-
-    def _deliver(
-        self, deliveries: Iterator[Any], stats: Stats, timed: bool, first: bool
-    ) -> Iterator[Iterator[Any]]:
-        """An iterator over each delivery's items, in turn: a list's own iterator (a list of
-        records or of one batch), so the position stays exact when the consumer stops in the
-        middle (the iterator tells how many it still holds), with no Python code run per
-        item; or, for a generator of records, one that counts them one by one. `first`:
-        the main process or worker 0, which logs and marks the pass finished."""
-        wait_i, wall_i, rec_i = (
-            _FIELDS.index(f) for f in ("consumer_wait_s", "consumer_wall_s", "records")
-        )
-        row = stats.row
-        ready = time.perf_counter()
-        while True:
-            t0 = time.perf_counter()
-            items = next(deliveries, None)
-            if items is None:
-                self._state.finish(first)
-                return
-            if timed:
-                t1 = time.perf_counter()
-                row[wait_i] += t1 - t0
-                row[wall_i] += t1 - ready
-                ready = t1
-            if first and self.log_every:
-                self._stats.maybe_log(self.log_every)
-            if isinstance(items, list):
-                row[rec_i] += len(items) if self.batch_size is None else _batch_rows(items[0])
-                it = iter(items)
-                self._live = (it, len(items))
-                yield it
-                self._position += len(items)
-                self._live = None
-            else:
-                yield self._counted(items, row, rec_i)
-
-    def _counted(self, records: Iterator[Any], row: Any, rec_i: int) -> Iterator[Any]:
-        for record in records:
-            self._position += 1
-            row[rec_i] += 1
-            yield record
 
     def _plan(self, root: Layout, rank: int, worker: int) -> Plan:
         """Plan `worker` of `rank` in the layout the epoch started with."""

@@ -19,15 +19,12 @@ stream, the cursor at the epoch's start (`MixtureSampler.state_dict()["streams"]
 
 from __future__ import annotations
 
-import contextlib
 import os
 from collections.abc import Iterator, Mapping, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from typing import Any
 
-import numpy as np
-import pyarrow as pa
 from torch.utils.data import IterableDataset, get_worker_info
 
 from sampler import DEFAULT_WINDOW, MixtureSampler, Topology
@@ -36,15 +33,15 @@ from sampler.mixture_read import Taker
 from sampler.mixture_state import cursor_state
 from sampler.resume import Segment, cut_segments
 
-from .arrow_numpy import indices
 from .batching import regroup
+from .cursor import Cursor
 from .dataset import RECORD_STEP, StreamingDataset, _shared_index
 from .decode import DecodeSpec
 from .epoch import EpochState
-from .errors import ShardError, redact
 from .formats import Format
 from .formats.tar import check_tar_columns
 from .kinds import Kind, kinds_of
+from .mixture_rows import StreamRows, merge, start_all
 from .options import Transform
 from .pipeline import MemoryBudget, PlanReader, decoding_pool, is_local
 from .retry import RetryPolicy
@@ -178,7 +175,7 @@ class MixtureDataset(StreamingDataset):
             groups,
         )
         self._state = EpochState()
-        self._position = 0
+        self._cursor = Cursor()
         self._resume: dict[str, Any] | None = None
 
     # --- construction checks ------------------------------------------------------------
@@ -254,7 +251,8 @@ class MixtureDataset(StreamingDataset):
         a loaded state's drops the state."""
         epoch = as_int("epoch", epoch, 0)
         if epoch != self.epoch:
-            self._resume, self._position = None, 0
+            self._resume = None
+            self._cursor.reset()
         if not self._resized(epoch):
             self._mix.set_epoch(epoch)
         self._state.select(epoch)
@@ -283,7 +281,8 @@ class MixtureDataset(StreamingDataset):
         if not isinstance(state, dict) or not isinstance(state.get("streams"), dict):
             raise ValueError(f"a mixture state needs 'streams' (per-stream cursors), got {state!r}")
         checked = check_state(state)
-        self._resume, self._position = checked, checked["position"]
+        self._resume = checked
+        self._cursor.reset(checked["position"])
         self._state.select(checked["epoch"])
         epoch, replicas = checked["epoch"], self._root_replicas()
         if replicas == self._mix.num_replicas:
@@ -330,7 +329,7 @@ class MixtureDataset(StreamingDataset):
         layout = self._layout(workers)
         epoch = self.epoch
         segments, skip = layout.worker_part(self._resume, epoch, self._mix.rank, worker)
-        self._position, self._live = skip, None
+        self._cursor.reset(skip)
         total = sum(b - a for *_, a, b in segments)
         start = min(total, skip * layout.item)
         root = layout.root(layout.base_of(self._resume, epoch))
@@ -385,7 +384,7 @@ class MixtureDataset(StreamingDataset):
                 part = planner.part(lo + a, lo + b)
                 ids = Taker(planner.stream_ids(lo + a, lo + b))
                 streams = [
-                    _StreamRows(
+                    StreamRows(
                         reader.parts([(p.plan, p.start, p.stop) for p in part.pieces[k]], step),
                         reader.fmt,
                         k,
@@ -395,11 +394,11 @@ class MixtureDataset(StreamingDataset):
                     for k, reader in enumerate(readers)
                 ]
                 try:
-                    _start_all(streams, concurrent=not all(r.local for r in readers))
+                    start_all(streams, concurrent=not all(r.local for r in readers))
                     left = b - a
                     while left > 0:
                         n = min(left, step - done % step)
-                        yield _merge(ids.take(n), streams, self.batch_size is not None, self.pad)
+                        yield merge(ids.take(n), streams, self.batch_size is not None, self.pad)
                         done, left = done + n, left - n
                 finally:
                     for s in streams:
@@ -413,142 +412,6 @@ def _kind_text(kind: Kind) -> str:
         return "a list"
     shape = "(n, L)" if kind.shape is None else f"(n, {', '.join(map(str, kind.shape))})"
     return f"a {kind.value} tensor {shape}".replace("(n, )", "(n,)")
-
-
-def _holds_stream(sample: dict[str, Any], name: str) -> ShardError:
-    return ShardError(
-        f"{redact(str(sample.get('__url__', name)))}: sample {sample.get('__key__')!r} of "
-        f"stream {name!r} has a member with extension {STREAM!r}, the name a mixture gives "
-        "the stream each row came from; rename it"
-    )
-
-
-class _StreamRows:
-    """One stream's rows of a segment, in its reading order, taken n at a time: as the
-    format's taken parts (batch mode: columns of numpy or Arrow arrays, or a list of tar
-    samples) or as records carrying the stream's name."""
-
-    def __init__(
-        self, parts: Iterator[Any], fmt: Format, index: int, name: str, batch: bool
-    ) -> None:
-        self._parts, self.fmt, self.index, self.name, self._batch = parts, fmt, index, name, batch
-        self._head: Any = None
-        self._rows = 0  # rows in _head
-        self._at = 0  # rows of _head taken
-
-    def start(self) -> None:
-        """Read up to the first part (started for every stream at once: see _start_all);
-        a stream with no rows in the segment has none."""
-        if self._head is None:
-            with contextlib.suppress(StopIteration):
-                self._next()
-
-    def _next(self) -> None:
-        part = next(self._parts, None)
-        if part is None:
-            raise StopIteration
-        if not self._batch:
-            part = list(self.fmt.records(part))
-            for record in part:
-                if STREAM in record:
-                    raise _holds_stream(record, self.name)
-                record[STREAM] = self.name
-        elif isinstance(part, list):  # tar samples: batched with the others, by index
-            for sample in part:
-                if STREAM in sample:
-                    raise _holds_stream(sample, self.name)
-                sample[STREAM] = self.index
-        self._head, self._at = part, 0
-        self._rows = len(next(iter(part.values()))) if isinstance(part, dict) else len(part)
-
-    def take(self, n: int) -> list[Any]:
-        """The next n rows as pieces (slices of parts), in order."""
-        out = []
-        while n > 0:
-            if self._head is None or self._at == self._rows:
-                try:
-                    self._next()
-                except StopIteration:
-                    raise RuntimeError(
-                        f"stream {self.name!r} ran out of records before its planned count"
-                    ) from None
-            m = min(n, self._rows - self._at)
-            out.append(_slice(self._head, self._at, m))
-            self._at += m
-            n -= m
-        return out
-
-    def close(self) -> None:
-        close = getattr(self._parts, "close", None)
-        if close is not None:
-            close()
-
-
-def _slice(part: Any, at: int, n: int) -> Any:
-    """Rows [at, at + n) of a taken part (columns of numpy or Arrow arrays, or a list)."""
-    if isinstance(part, list):
-        return part[at : at + n]
-    return {
-        c: v[at : at + n] if isinstance(v, np.ndarray) else v.slice(at, n) for c, v in part.items()
-    }
-
-
-def _start_all(streams: list[_StreamRows], concurrent: bool) -> None:
-    """Start every stream's reads at once: the first part of each is read concurrently
-    (`concurrent`: some stream is remote), so no stream's first block waits for another's
-    round trips. Local streams start one after the other: their first groups cost CPU,
-    not waiting, and threads would only take the GIL from each other."""
-    if len(streams) == 1 or not concurrent:
-        for s in streams:
-            s.start()
-        return
-    with ThreadPoolExecutor(max_workers=len(streams)) as pool:
-        for f in [pool.submit(s.start) for s in streams]:
-            f.result()
-
-
-def _merge(
-    ids: np.ndarray, streams: list[_StreamRows], batch: bool, pads: Mapping[str, Any]
-) -> Any:
-    """Rows of the streams at the positions `ids` names (stream index per position): a
-    list of records, or (batch mode) one batch made by the first stream's format from the
-    streams' taken rows laid out in the schedule's order, with "__stream__" (indices).
-    `pads`: pad values of plain list columns, whose widths may differ between streams."""
-    pieces = {s.index: s.take(int(np.count_nonzero(ids == s.index))) for s in streams}
-    if not batch or isinstance(next(p for ps in pieces.values() for p in ps), list):
-        rows = {k: iter([r for p in ps for r in p]) for k, ps in pieces.items()}
-        merged_rows = [next(rows[k]) for k in ids.tolist()]
-        return merged_rows if not batch else streams[0].fmt.batch(merged_rows)
-    # (n,) where each position's row lies when the streams' rows are laid end to end
-    order = np.argsort(ids, kind="stable")
-    where = np.empty_like(order)
-    where[order] = np.arange(ids.size)
-    names = next(p for ps in pieces.values() for p in ps).keys()
-    merged: dict[str, Any] = {}
-    for col in names:
-        parts = [p[col] for k in sorted(pieces) for p in pieces[k]]
-        merged[col] = _gather(parts, where, pads.get(col))
-    merged[STREAM] = ids.astype(np.int64)
-    return streams[0].fmt.batch(merged)
-
-
-def _gather(parts: list[Any], where: np.ndarray, pad: Any) -> Any:
-    """Rows `where` of the parts laid end to end: numpy arrays (2-D rows of a padded
-    column padded to the widest first) or Arrow arrays."""
-    if not isinstance(parts[0], np.ndarray):
-        return pa.concat_arrays(parts).take(indices(where))
-    if pad is not None and parts[0].ndim == 2 and len({p.shape[1] for p in parts}) > 1:
-        width = max(p.shape[1] for p in parts)
-        parts = [np.pad(p, ((0, 0), (0, width - p.shape[1])), constant_values=pad) for p in parts]
-    if len(parts) == 1:
-        return np.take(parts[0], where, axis=0)
-    # each part's rows scattered straight to their places: one copy, not a join and a take
-    out = np.empty((where.size, *parts[0].shape[1:]), dtype=np.result_type(*parts))
-    at = 0
-    for p in parts:
-        out[where[at : at + len(p)]] = p
-        at += len(p)
-    return out
 
 
 StreamingDataset.mixture_class = MixtureDataset  # see StreamingDataset.__new__
