@@ -65,8 +65,9 @@ def hf_files(source: object) -> list[str] | None:
 
 def check_hf_rows(source: Any, columns: list[str], num_records: int) -> None:
     """ValueError when the Dataset's rows or columns are not those of its files (rows
-    added, or columns renamed or removed, in memory after loading)."""
-    if num_records != len(source) or columns != list(source.column_names):
+    added, or columns renamed or removed, in memory after loading); columns merely in
+    another order are read in the files' order."""
+    if num_records != len(source) or set(columns) != set(source.column_names):
         raise ValueError(
             f"this datasets.Dataset has {len(source)} rows and columns "
             f"{list(source.column_names)}, but its files hold {num_records} rows and columns "
