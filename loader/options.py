@@ -71,18 +71,14 @@ def check_transform(transform: object) -> Transform | None:
     return transform
 
 
-def _none(where: str) -> TypeError:
-    return TypeError(
-        f"transform= returned None for {where}: it must return the new record (or batch); "
-        "each item yields one (the record counts of every rank stay equal)"
-    )
-
-
 def _checked(transform: Transform, items: Iterable[Any]) -> Iterator[Any]:
     for item in items:
         out = transform(item)
         if out is None:
-            raise _none("a record")
+            raise TypeError(
+                "transform= returned None: it must return the new record (or batch); each "
+                "item yields one (the record counts of every rank stay equal)"
+            )
         yield out
 
 
@@ -92,13 +88,7 @@ def transformed(deliveries: Iterator[Any], transform: Transform | None) -> Itera
     dataset's position stays exact); the deliveries as they are without a transform."""
     if transform is None:
         return deliveries
-    return (_apply(transform, items) for items in deliveries)
-
-
-def _apply(transform: Transform, items: Any) -> Any:
-    if not isinstance(items, list):
-        return _checked(transform, items)
-    out = [transform(x) for x in items]
-    if any(x is None for x in out):
-        raise _none("an item")
-    return out
+    return (
+        list(_checked(transform, items)) if isinstance(items, list) else _checked(transform, items)
+        for items in deliveries
+    )

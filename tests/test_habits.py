@@ -160,7 +160,7 @@ def test_a_transform_returning_none_or_not_callable_is_refused(parquet: str) -> 
         StreamingDataset(parquet, transform="lower")  # type: ignore[arg-type]
 
 
-def test_transform_on_a_mixture(parquet: str, tmp_path: Path) -> None:
+def test_transform_on_a_mixture(parquet: str) -> None:
     ds = StreamingDataset(
         [Stream(parquet, name="a"), Stream(parquet, name="b")], columns=["id"], transform=double
     )
