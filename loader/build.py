@@ -16,24 +16,23 @@ import os
 import re
 from collections.abc import Callable, Sequence
 from concurrent.futures import ThreadPoolExecutor
-from dataclasses import dataclass, field
 from typing import Any
 
 import numpy as np
 import pyarrow as pa
+import pyarrow.compute as pc
 from braceexpand import braceexpand
 from fsspec.core import split_protocol
 
+from .assemble import assemble
 from .errors import StaleSidecarError
-from .formats import format_for, format_of_url, known_suffixes
-from .formats.parquet_meta import schema_from_b64
+from .formats import format_for, format_of_url, formats_of_urls, known_suffixes
 from .formats.tar_index import find_idx, index_from_sidecars
 from .formats.wids import check_wids, normalize_url, read_wids
+from .listing import Hint, Listing
 from .manifest import is_manifest, read_manifest
-from .partitions import hive_values, is_hidden, partition_schema
+from .partitions import is_hidden
 from .retry import RetryPolicy, retrying
-from .schemas import unify_schemas
-from .shard import Shard
 from .storage import (
     FileEntry,
     file_entry,
@@ -68,35 +67,6 @@ def expand_braces(source: str | Sequence[str]) -> str | Sequence[str]:
     return [x for u in source for x in (braceexpand(u) if isinstance(u, str) else [u])]
 
 
-@dataclass(frozen=True)
-class Hint:
-    """What is known of a shard before reading it: a record count (from a manifest or a
-    wids list: `origin` names it), whether the shard may be left for its reader to index
-    (`defer`), and a DALI sidecar to read instead of the shard."""
-
-    records: int | None = None
-    origin: str = ""
-    defer: bool = False
-    sidecar: FileEntry | None = None
-
-
-@dataclass(frozen=True)
-class Listing:
-    """The shards of a source in index order, their one format, and a hint for each (or
-    None). Plain data: it is broadcast to ranks and pickled to worker processes."""
-
-    format: str
-    entries: list[FileEntry]
-    hints: list[Hint | None] = field(default_factory=list)
-
-    def part(self, indices: Sequence[int]) -> Listing:
-        hints = self.hints or [None] * len(self.entries)
-        return Listing(self.format, [self.entries[i] for i in indices], [hints[i] for i in indices])
-
-    def hint(self, i: int) -> Hint | None:
-        return self.hints[i] if self.hints else None
-
-
 REQUEST_BYTES = 1 << 20  # a request costs about what reading this many bytes costs
 
 
@@ -105,17 +75,14 @@ def shares(listing: Listing, parts: int) -> list[list[int]]:
     a request per shard, plus the bytes a scan reads (a tar's whole size, a sidecar's
     size; nothing for a deferred shard) at REQUEST_BYTES per request. Shard i goes to the
     part its cost's midpoint falls in. The same on every process for the same listing."""
-    n = len(listing.entries)
+    n = len(listing)
     # (n,) what scanning each shard costs, in requests
     cost = np.ones(n)
-    for i, e in enumerate(listing.entries):
-        h = listing.hint(i)
-        if h is not None and h.defer:
-            cost[i] = 0.0
-        elif h is not None and h.sidecar is not None:
-            cost[i] = 1.0 + h.sidecar.size / REQUEST_BYTES
-        elif listing.format == "tar":
-            cost[i] = 1.0 + e.size / REQUEST_BYTES
+    if listing.format == "tar":
+        cost += listing.sizes / REQUEST_BYTES
+    for i, side in listing.sidecars.items():
+        cost[i] = 1.0 + side.size / REQUEST_BYTES
+    cost[listing.defer] = 0.0
     total = cost.sum()
     if total <= 0:
         cost, total = np.ones(n), float(n)
@@ -178,13 +145,18 @@ def _hint(names: Sequence[str]) -> str:
     return ""
 
 
-def _check_known(urls: Sequence[str]) -> None:
-    for url in urls:
-        if not format_of_url(url):
-            raise ValueError(
-                f"{redact(url)}: unknown shard format; known suffixes: {known_suffixes()}"
-                + _hint([url])
-            )
+def _check_known(urls: Sequence[str] | pa.Array) -> None:
+    urls = urls if isinstance(urls, pa.Array) else pa.array(list(urls), pa.string())
+    masks = list(formats_of_urls(urls).values())
+    known = masks[0]
+    for m in masks[1:]:
+        known = pc.or_(known, m)
+    if not pc.all(known).as_py():
+        url = urls.filter(pc.invert(known))[0].as_py()
+        raise ValueError(
+            f"{redact(url)}: unknown shard format; known suffixes: {known_suffixes()}"
+            + _hint([url])
+        )
 
 
 def _list_urls(urls: Sequence[str], storage_options: dict[str, Any] | None) -> list[FileEntry]:
@@ -220,16 +192,17 @@ def _check_distinct(urls: Sequence[str]) -> None:
         seen[key] = url
 
 
-def _one_format(entries: Sequence[FileEntry]) -> str:
-    formats = sorted({str(format_of_url(e.url)) for e in entries})
-    if len(formats) > 1:
-        examples = [next(e.url for e in entries if format_of_url(e.url) == f) for f in formats]
+def _one_format(urls: pa.Array) -> str:
+    """The one format of the shards (their URLs known ones: `_check_known`)."""
+    found = {name: m for name, m in formats_of_urls(urls).items() if pc.any(m).as_py()}
+    if len(found) > 1:
+        examples = {name: urls.filter(m)[0].as_py() for name, m in sorted(found.items())}
         raise ValueError(
             "mixed shard formats in one dataset: "
-            + ", ".join(f"{f} ({redact(u)})" for f, u in zip(formats, examples))
+            + ", ".join(f"{f} ({redact(u)})" for f, u in examples.items())
             + "; index each format separately"
         )
-    return formats[0]
+    return next(iter(found))
 
 
 def discover(
@@ -251,27 +224,24 @@ def discover(
     source = expand_braces(source)
     where = source if isinstance(source, str) else "the listed shards"
     companions: list[FileEntry] = []
-    hints: list[Hint | None] = []
     if is_manifest(source):
         rows = retrying(where, retry, lambda: read_manifest(str(source), storage_options, retry))
-        entries = [r.entry for r in rows]
-        _check_known([e.url for e in entries])
-        hints = [
-            None if r.records is None else Hint(r.records, str(source), defer=True) for r in rows
-        ]
-    elif isinstance(source, str):
-        entries, companions = retrying(
-            where, retry, lambda: _list_dir(source, storage_options, listed)
+        _check_known(rows.urls)
+        listing = Listing.of_columns(
+            _one_format(rows.urls), rows.urls, rows.sizes, rows.versions, rows.records, str(source)
         )
     else:
-        entries = retrying(where, retry, lambda: _list_urls(list(source), storage_options))
-    name = _one_format(entries)
-    if name == "tar" and sidecars and companions:
-        hints = _tar_hints(entries, companions, storage_options, retry)
-    first = hints[0] if hints else None
-    if name == "parquet" and first is not None and all(h is not None and h.defer for h in hints):
-        hints[0] = Hint(first.records, first.origin)  # its footer gives the schema
-    return Listing(name, entries, hints)
+        if isinstance(source, str):
+            entries, companions = retrying(
+                where, retry, lambda: _list_dir(source, storage_options, listed)
+            )
+        else:
+            entries = retrying(where, retry, lambda: _list_urls(list(source), storage_options))
+        name = _one_format(pa.array([e.url for e in entries], pa.string()))
+        listing = Listing(name, entries)
+        if name == "tar" and sidecars and companions:
+            listing.set_hints(_tar_hints(entries, companions, storage_options, retry))
+    return listing
 
 
 def _tar_hints(
@@ -307,36 +277,30 @@ def scan(
     storage_options: dict[str, Any] | None = None,
     retry: RetryPolicy | None = None,
     progress: Progress | None = None,
-) -> list[dict[str, Any]]:
+) -> list[dict[str, Any] | None]:
     """Per shard of the listing, what its format's `scan` gives ({"num_records",
     "details"}, and "schema" for Parquet), reading as little as its hint allows:
 
-    - a shard the hint lets be deferred: nothing read; its details say so
-      (``{"deferred": <manifest or list>}``) and its reader indexes it on first use;
+    - a shard the hint lets be deferred: nothing read (None); its reader indexes it on
+      first use (its details say ``{"deferred": <manifest or list>}``);
     - a tar shard with a DALI sidecar: the sidecar and three small checks of the shard;
     - others: the format's scan, SCAN_BATCH shards at a time.
 
     A shard whose scan finds another record count than its hint gives raises
     StaleSidecarError naming the manifest or list. `progress(done, total)` follows."""
     retry = retry or RetryPolicy()
-    n = len(listing.entries)
+    n = len(listing)
     out: list[dict[str, Any] | None] = [None] * n
     if not n:
         return []
-    fs, _ = filesystem(listing.entries[0].url, storage_options)
+    fs, _ = filesystem(listing.url(0), storage_options)
     fmt = format_for(listing.format, retry=retry)
-    done = 0
-    sided: list[tuple[int, FileEntry]] = []  # (shard, its sidecar)
-    rest: list[int] = []
-    for i in range(n):
-        h = listing.hint(i)
-        if h is not None and h.defer:
-            out[i] = {"num_records": h.records, "details": {"deferred": h.origin}}
-            done += 1
-        elif h is not None and h.sidecar is not None:
-            sided.append((i, h.sidecar))
-        else:
-            rest.append(i)
+    done = int(listing.defer.sum())
+    # (shard, its sidecar), then the shards scanned by their format
+    sided = sorted((i, e) for i, e in listing.sidecars.items() if not listing.defer[i])
+    todo = ~listing.defer
+    todo[[i for i, _ in sided]] = False
+    rest: list[int] = np.flatnonzero(todo).tolist()
     for lo in range(0, len(sided), SCAN_BATCH):
         pairs = sided[lo : lo + SCAN_BATCH]
         unnamed = _from_sidecars(fs, listing, pairs, retry, out)
@@ -344,16 +308,32 @@ def scan(
         done += len(pairs) - len(unnamed)
         if progress is not None:
             progress(done, n)
+    rest.sort()
     for lo in range(0, len(rest), SCAN_BATCH):
         batch = rest[lo : lo + SCAN_BATCH]
-        for i, got in zip(batch, fmt.scan(fs, [listing.entries[i] for i in batch])):
+        for i, got in zip(batch, fmt.scan(fs, [listing.entry(i) for i in batch])):
             out[i] = got
         done += len(batch)
         if progress is not None:
             progress(done, n)
-    for i, row in enumerate(out):
-        _check_count(listing.entries[i], listing.hint(i), row)
-    return [g for g in out if g is not None]
+    for i in np.flatnonzero((listing.records >= 0) & ~listing.defer).tolist():
+        _check_count(listing.entry(i), listing.hint(i), out[i])
+    if listing.format in ("parquet", "arrow") and listing.defer.all():
+        out[0] = _schema_only(fmt, fs, listing)
+    return out
+
+
+def _schema_only(fmt: Any, fs: Any, listing: Listing) -> dict[str, Any]:
+    """Shard 0 of a listing whose every shard is deferred, with the dataset's schema from
+    its footer; it stays deferred (its reader reads the footer anyway), so the index
+    holds no layout columns for a million deferred shards."""
+    (got,) = fmt.scan(fs, [listing.entry(0)])
+    _check_count(listing.entry(0), Hint(int(listing.records[0]), listing.origin(0)), got)
+    return {
+        "num_records": got["num_records"],
+        "details": {"deferred": listing.origin(0)},
+        "schema": got["schema"],
+    }
 
 
 def _from_sidecars(
@@ -365,7 +345,7 @@ def _from_sidecars(
 ) -> list[int]:
     """Index the (shard, sidecar) pairs of `batch` into `out`; returns the shards whose
     sidecar has no member names (v1.1), to be scanned."""
-    entries = [listing.entries[i] for i, _ in batch]
+    entries = [listing.entry(i) for i, _ in batch]
     got = index_from_sidecars(fs, entries, [side for _, side in batch], retry)
     for (i, _), g in zip(batch, got):
         out[i] = g
@@ -380,50 +360,3 @@ def _check_count(entry: FileEntry, hint: Hint | None, got: dict[str, Any] | None
             f"{redact(hint.origin)}: gives {hint.records} records for {redact(entry.url)}, the "
             f"shard holds {got['num_records']}; it is stale: rebuild it or remove it"
         )
-
-
-def assemble(
-    listing: Listing, scanned: Sequence[dict[str, Any]], storage_options: dict[str, Any] | None
-) -> tuple[list[Shard], list[pa.Schema], pa.Schema | None]:
-    """(shards, distinct Parquet schemas, Hive partitioning) from the scanned listing, in
-    listing order: what `ShardIndex(...)` takes. Pure: every rank that assembles the same
-    inputs gets the same index."""
-    name = listing.format
-    schemas: list[pa.Schema] = []
-    partitioning = None
-    if name in ("parquet", "arrow") and listing.entries:  # columnar: schemas, Hive keys
-        fs, _ = filesystem(listing.entries[0].url, storage_options)
-        schemas = _number_schemas(scanned)
-        values = [hive_values(e.relpath or fs._strip_protocol(e.url)) for e in listing.entries]
-        inside = set(unify_schemas(schemas).names) if schemas else set()
-        # a key the files hold as a column too (polars writes both): read from the
-        # files, as polars' own hive reader does ...
-        keys = [f for f in partition_schema(values) if f.name not in inside]
-        if keys:
-            partitioning = pa.schema(keys)
-            for s, v in zip(scanned, values):
-                s["details"]["partitions"] = {k: v[k] for k in partitioning.names if k in v}
-        # ... and the path's value is kept, so a read checks that the two agree
-        for s, v in zip(scanned, values):
-            both = {k: x for k, x in v.items() if k in inside}
-            if both:
-                s["details"]["hive_values"] = both
-    shards = [
-        Shard(e.url, name, int(s["num_records"]), e.size, e.version, s["details"])
-        for e, s in zip(listing.entries, scanned)
-    ]
-    log.info(
-        "indexed %d %s shards, %d records", len(shards), name, sum(s.num_records for s in shards)
-    )
-    return shards, schemas, partitioning
-
-
-def _number_schemas(scanned: Sequence[dict[str, Any]]) -> list[pa.Schema]:
-    """The distinct schemas of the scanned Parquet shards, in first-seen order; each
-    shard's details get its schema's number (deferred shards have none yet: their reader
-    checks their columns against the dataset's)."""
-    numbers: dict[str, int] = {}
-    for s in scanned:
-        if "schema" in s:
-            s["details"]["schema"] = numbers.setdefault(s.pop("schema"), len(numbers))
-    return [schema_from_b64(text) for text in numbers]

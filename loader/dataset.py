@@ -36,6 +36,7 @@ from .state import Layout, check_state
 from .stats import LoaderStats, Stats
 from .storage import UrlOrPath
 from .streams import is_mixture
+from .table import ShardGroups
 
 __all__ = ["StreamingDataset"]
 
@@ -188,7 +189,7 @@ class StreamingDataset(IterableDataset[Any]):
             else None
         )
         # where each shard's read groups lie: the reading order shuffles group by group
-        self.groups = [self._format().groups(s) for s in self.index.shards]
+        self.groups = ShardGroups(self.index.shards, self._format().groups)
         self.sampler = ShardSampler(
             self.index, topo.world_size, topo.rank, shuffle, seed, drop_last, window, self.groups
         )

@@ -27,7 +27,8 @@ from typing import Any
 
 import torch.distributed as dist
 
-from .build import SCAN_BATCH, Listing, assemble, discover, scan, shares
+from .assemble import assemble_rows, from_ipc, scanned_rows, to_ipc
+from .build import SCAN_BATCH, Listing, discover, scan, shares
 from .errors import ShardError, StaleIndexError, StaleSidecarError
 from .index import INDEX_SUFFIXES, ShardIndex
 from .retry import RetryPolicy
@@ -71,49 +72,32 @@ class _Failure:
         return known(f"{self.message} (indexing {self.where})")
 
 
-Part = tuple[list[str], list[dict[str, Any]]]  # distinct schemas, scanned rows naming them
-
-
-def _pack(scanned: Sequence[dict[str, Any]]) -> Part:
-    """Scanned shards with each Parquet schema sent once, not once per shard."""
-    texts: dict[str, int] = {}
-    rows = []
-    for s in scanned:
-        row = dict(s)
-        if "schema" in row:
-            row["schema"] = texts.setdefault(row["schema"], len(texts))
-        rows.append(row)
-    return list(texts), rows
-
-
-def _unpack(part: Part) -> list[dict[str, Any]]:
-    texts, rows = part
-    for row in rows:
-        if "schema" in row:
-            row["schema"] = texts[row["schema"]]
-    return rows
-
-
 def _scan_part(
-    listing: Listing, storage_options: dict[str, Any] | None, retry: RetryPolicy, where: str
-) -> Part | _Failure:
+    listing: Listing,
+    positions: Sequence[int],
+    storage_options: dict[str, Any] | None,
+    retry: RetryPolicy,
+    where: str,
+) -> bytes | _Failure:
+    """The rows of the shards at `positions` (scanned here), as Arrow IPC bytes: arrays
+    travel between processes, not a pickled object a shard."""
     try:
-        return _pack(scan(listing, storage_options, retry))
+        scanned = scan(listing.part(positions), storage_options, retry)
+        return to_ipc(scanned_rows(scanned, positions))
     except Exception as e:  # travels to every process, raised there
         return _Failure.of(e, where)
 
 
 def _index(
-    listing: Listing,
-    parts: Sequence[tuple[Sequence[int], Part]],
-    storage_options: dict[str, Any] | None,
+    listing: Listing, parts: Sequence[bytes], storage_options: dict[str, Any] | None
 ) -> ShardIndex:
-    """The index from scanned parts (each: the listing positions it covers, its rows)."""
-    scanned: list[dict[str, Any]] = [{}] * len(listing.entries)
-    for positions, part in parts:
-        for i, row in zip(positions, _unpack(part)):
-            scanned[i] = row
-    return ShardIndex(*assemble(listing, scanned, storage_options))
+    """The index from the scanned parts' rows."""
+    table, schemas, partitioning = assemble_rows(
+        listing, [from_ipc(p) for p in parts], storage_options
+    )
+    return ShardIndex(
+        schemas=schemas, partitioning=partitioning, table=table, format=listing.format
+    )
 
 
 def build_distributed(
@@ -143,7 +127,7 @@ def build_distributed(
     t1 = time.perf_counter()
     positions = shares(listing, world)
     mine = positions[rank]
-    part = _scan_part(listing.part(mine), storage_options, retry, f"on rank {rank}")
+    part = _scan_part(listing, mine, storage_options, retry, f"on rank {rank}")
     t2 = time.perf_counter()
     gathered: list[Any] = [None] * world
     dist.all_gather_object(gathered, part)
@@ -151,13 +135,13 @@ def build_distributed(
     if failed:
         raise failed[0].error()
     t3 = time.perf_counter()
-    index = _index(listing, list(zip(positions, gathered)), storage_options)
+    index = _index(listing, gathered, storage_options)
     log.info(
         "rank %d of %d: %d shards indexed in %.2fs (listing and broadcast %.2fs, scanning "
         "%d shards %.2fs, gathering %.2fs, assembling %.2fs)",
         rank,
         world,
-        len(listing.entries),
+        len(listing),
         time.perf_counter() - t0,
         t1 - t0,
         len(mine),
@@ -189,13 +173,14 @@ def _broadcast_saved(source: str, storage_options: dict[str, Any] | None) -> Sha
     box: list[Any] = [None]
     if dist.get_rank() == 0:
         try:
-            box[0] = ShardIndex.load(source, storage_options).to_json(keep_credentials=True)
+            box[0] = ShardIndex.load(source, storage_options)  # pickles as its arrays
         except Exception as e:
             box[0] = _Failure.of(e, "on rank 0, loading the saved index")
     dist.broadcast_object_list(box, src=0)
     if isinstance(box[0], _Failure):
         raise box[0].error()
-    return ShardIndex.from_json(box[0])
+    index: ShardIndex = box[0]
+    return index
 
 
 def shared_index(
@@ -229,18 +214,18 @@ def build_parallel(
     its error, which names the shard, is raised here."""
     retry = retry or RetryPolicy()
     listing = discover(source, storage_options, retry, listed, sidecars)
-    n = len(listing.entries)
+    n = len(listing)
     if workers <= 1 or n <= SCAN_BATCH:
-        return ShardIndex(
-            *assemble(listing, scan(listing, storage_options, retry, progress), storage_options)
+        return ShardIndex.assembled(
+            listing, scan(listing, storage_options, retry, progress), storage_options
         )
     batches = [list(range(lo, min(n, lo + SCAN_BATCH))) for lo in range(0, n, SCAN_BATCH)]
     methods = multiprocessing.get_all_start_methods()
     context = multiprocessing.get_context("fork" if "fork" in methods else "spawn")
-    parts: list[tuple[Sequence[int], Part]] = []
+    parts: list[bytes] = []
     with ProcessPoolExecutor(workers, mp_context=context) as pool:
         pending = {
-            pool.submit(_scan_part, listing.part(b), storage_options, retry, "in a worker"): b
+            pool.submit(_scan_part, listing, b, storage_options, retry, "in a worker"): b
             for b in batches
         }
         done = 0
@@ -253,7 +238,7 @@ def build_parallel(
                     for other in pending:
                         other.cancel()
                     raise got.error()
-                parts.append((batch, got))
+                parts.append(got)
                 done += len(batch)
                 if progress is not None:
                     progress(done, n)

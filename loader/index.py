@@ -6,19 +6,22 @@ import json
 import logging
 import os
 from collections.abc import Callable, Sequence
-from dataclasses import asdict, dataclass, field
+from dataclasses import asdict
 from typing import Any
 
 import numpy as np
 import numpy.typing as npt
 import pyarrow as pa
+import pyarrow.compute as pc
 
 from .build import assemble, discover, scan
 from .errors import StaleIndexError
 from .formats import format_for
 from .formats.parquet_meta import schema_from_b64, schema_to_b64
 from .hf import check_hf_rows, hf_files
+from .listing import Listing
 from .retry import RetryPolicy
+from .saved_index import ARROW_MAGIC, read_table, write_table
 from .schemas import select_schema, unify_schemas
 from .shard import Shard
 from .storage import (
@@ -27,46 +30,109 @@ from .storage import (
     as_url,
     file_entry,
     filesystem,
+    is_local,
     redact,
     stale_reason,
     strip_credentials,
 )
+from .table import ShardList, layout_columns, one_array, shard_table
 
 __all__ = ["FORMAT_VERSION", "Shard", "ShardIndex"]
 
 log = logging.getLogger(__name__)
 
 FORMAT_VERSION = 2
-INDEX_SUFFIXES = (".index.json", ".json")
+INDEX_SUFFIXES = (".index.arrow", ".index.json", ".json")
 
 
-@dataclass
 class ShardIndex:
     """The shards of a dataset, in a fixed order, with everything planning and reading need.
 
-    A dataset has one format: mixing Parquet and tar shards raises ValueError, since their
-    records have different shapes (``.tar``, ``.tar.gz`` and ``.tgz`` are one format).
-    Parquet shards may differ in schema (see loader.schemas): `schemas` holds each distinct
-    one and a shard's ``details["schema"]`` its number; `partitioning` the Hive partition
-    fields, whose values each shard's ``details["partitions"]`` holds. Saved as JSON
-    (never pickle) with a format version.
+    Held as columns (loader.table): `table` has a row a shard (url, bytes, version,
+    records, and the layout a reader needs: Parquet row groups, tar member ranges), so a
+    million shards are a few arrays; `shards[i]` is shard i as a `Shard` (made when asked
+    for) and `shard_sizes` the records of all as one array. A dataset has one format:
+    mixing Parquet and tar shards raises ValueError, since their records have different
+    shapes (``.tar``, ``.tar.gz`` and ``.tgz`` are one format). Parquet shards may differ
+    in schema (see loader.schemas): `schemas` holds each distinct one and a shard's
+    ``details["schema"]`` its number; `partitioning` the Hive partition fields, whose
+    values each shard's ``details["partitions"]`` holds. Saved as an Arrow IPC file (or
+    JSON, for a path ending in .json; never pickle) with a format version.
     """
 
-    shards: list[Shard]
-    schemas: list[pa.Schema] = field(default_factory=list)  # Parquet: distinct file schemas
-    partitioning: pa.Schema | None = None  # Hive partition fields, when the tree has them
+    def __init__(
+        self,
+        shards: Sequence[Shard] = (),
+        schemas: Sequence[pa.Schema] = (),
+        partitioning: pa.Schema | None = None,
+        *,
+        table: pa.Table | None = None,
+        format: str | None = None,
+    ) -> None:
+        if table is None:
+            formats = sorted({s.format for s in shards})
+            if len(formats) > 1:
+                raise ValueError(f"mixed shard formats in one index: {formats}")
+            format = formats[0] if formats else format
+            table = shard_table(
+                pa.array([s.url for s in shards], pa.string()),
+                [s.bytes for s in shards],
+                pa.array([s.version for s in shards], pa.string()),
+                [s.num_records for s in shards],
+                layout_columns([s.details for s in shards]),
+            )
+        self.table = table
+        self._format = format
+        self.schemas = list(schemas)  # Parquet: distinct file schemas
+        self.partitioning = partitioning  # Hive partition fields, when the tree has them
+        self.shards = ShardList(table, format or "")
+        # (S,) records of each shard: a read-only view of the table's column
+        self._sizes: npt.NDArray[np.int64] = np.asarray(
+            one_array(table.column("records")).to_numpy(), dtype=np.int64
+        )
 
     @property
     def shard_sizes(self) -> npt.NDArray[np.int64]:
-        return np.array([s.num_records for s in self.shards], dtype=np.int64)
+        """(S,) records of each shard (a copy)."""
+        return self._sizes.copy()
 
     @property
     def num_records(self) -> int:
-        return sum(s.num_records for s in self.shards)
+        return int(self._sizes.sum())
 
     @property
     def format(self) -> str | None:
-        return self.shards[0].format if self.shards else None
+        return self._format if len(self) else None
+
+    def __getstate__(self) -> dict[str, Any]:
+        """Pickled (to DataLoader workers, to other ranks) as its table: Arrow buffers."""
+        return {
+            "table": self.table,
+            "format": self._format,
+            "schemas": self.schemas,
+            "partitioning": self.partitioning,
+        }
+
+    def __setstate__(self, state: dict[str, Any]) -> None:
+        self.__init__(  # type: ignore[misc]
+            schemas=state["schemas"],
+            partitioning=state["partitioning"],
+            table=state["table"],
+            format=state["format"],
+        )
+
+    def __eq__(self, other: object) -> bool:
+        if not isinstance(other, ShardIndex):
+            return NotImplemented
+        return (
+            self._format == other._format
+            and self.table.equals(other.table)
+            and self.schemas == other.schemas
+            and self.partitioning == other.partitioning
+        )
+
+    def __repr__(self) -> str:
+        return f"ShardIndex({len(self)} {self._format} shards, {self.num_records} records)"
 
     @property
     def schema(self) -> pa.Schema | None:
@@ -79,29 +145,38 @@ class ShardIndex:
             schema = schema.append(f)
         return schema
 
+    def _schema_numbers(self) -> npt.NDArray[np.int64]:
+        """(S,) each shard's schema number (0 where the index has none: deferred)."""
+        if "schema" not in self.table.column_names:
+            return np.zeros(len(self), dtype=np.int64)
+        col = one_array(self.table.column("schema")).fill_null(0)
+        return np.asarray(col.to_numpy(), dtype=np.int64)
+
     def columns_schema(self, columns: Sequence[str] | None) -> pa.Schema:
         """The schema of the asked columns (all when None) that every shard can give:
         ValueError for an unknown column, ShardError naming the shard, the column and both
         types where a shard lacks it or holds another type (loader.schemas)."""
         parts = self.partitioning or pa.schema([])
         asked = None if columns is None else [c for c in columns if c not in parts.names]
+        numbers_of = self._schema_numbers()
         # a schema only shards without records have is never read: it cannot conflict
-        read = {s.details.get("schema", 0) for s in self.shards if s.num_records > 0}
+        read = set(np.unique(numbers_of[self._sizes > 0]).tolist())
         numbers = [i for i in range(len(self.schemas)) if i in read] or list(
             range(len(self.schemas))
         )
-        examples = {}
-        for s in reversed(self.shards):
-            examples[s.details.get("schema", 0)] = s.url
-        files = select_schema(
-            [self.schemas[i] for i in numbers], [examples.get(i, "") for i in numbers], asked
-        )
+        # an example shard of each schema: its first
+        firsts = {}
+        if len(self):
+            uniq, first = np.unique(numbers_of, return_index=True)
+            firsts = dict(zip(uniq.tolist(), first.tolist()))
+        examples = [self.shards[firsts[i]].url if i in firsts else "" for i in numbers]
+        files = select_schema([self.schemas[i] for i in numbers], examples, asked)
         wanted = files.names + parts.names if columns is None else list(columns)
         by_name = {f.name: f for f in [*files, *parts]}
         return pa.schema([by_name[n] for n in wanted])
 
     def __len__(self) -> int:
-        return len(self.shards)
+        return len(self._sizes)
 
     @classmethod
     def build(
@@ -133,7 +208,18 @@ class ShardIndex:
         retry = retry or RetryPolicy()
         listing = discover(source, storage_options, retry, listed, sidecars)
         scanned = scan(listing, storage_options, retry, progress)
-        return cls(*assemble(listing, scanned, storage_options))
+        return cls.assembled(listing, scanned, storage_options)
+
+    @classmethod
+    def assembled(
+        cls,
+        listing: Listing,
+        scanned: Sequence[dict[str, Any] | None],
+        storage_options: dict[str, Any] | None,
+    ) -> ShardIndex:
+        """The index of a scanned listing (loader.build.assemble)."""
+        table, schemas, partitioning = assemble(listing, scanned, storage_options)
+        return cls(schemas=schemas, partitioning=partitioning, table=table, format=listing.format)
 
     def bytes_for(self, shard: int, start: int, stop: int) -> int:
         """Bytes a reader fetches for rows [start, stop) of shard number `shard`."""
@@ -170,27 +256,64 @@ class ShardIndex:
         return cls([Shard(**s) for s in doc["shards"]], schemas, partitioning)
 
     def save(self, url: UrlOrPath, storage_options: dict[str, Any] | None = None) -> None:
-        """Write the index as JSON to a local path or URL. It holds no credentials, and
-        relative local shard paths are saved absolute (the index may be loaded elsewhere)."""
+        """Write the index to a local path or URL: an Arrow IPC file (loader.saved_index;
+        name it ``*.index.arrow``), or JSON where the path ends in ``.json``. It holds no
+        credentials, and relative local shard paths are saved absolute (the index may be
+        loaded elsewhere)."""
         url = as_url(url)
         fs, path = filesystem(url, storage_options)
-        doc = self.to_json()
-        for shard in doc["shards"]:
-            if "://" not in shard["url"] and not os.path.isabs(shard["url"]):
-                shard["url"] = os.path.abspath(shard["url"])
-        with fs.open(path, "w") as f:
-            json.dump(doc, f)
+        if url.lower().endswith(".json"):
+            doc = self.to_json()
+            for shard in doc["shards"]:
+                if "://" not in shard["url"] and not os.path.isabs(shard["url"]):
+                    shard["url"] = os.path.abspath(shard["url"])
+            with fs.open(path, "w") as f:
+                json.dump(doc, f)
+            return
+        urls = one_array(self.table.column("url"))
+        if pc.any(pc.match_substring(urls, "@")).as_py():
+            stripped = pa.array([strip_credentials(u) for u in urls.to_pylist()], pa.string())
+            if not stripped.equals(urls):
+                log.warning("credentials embedded in shard URLs were left out of the saved index")
+            urls = stripped
+        relative = pc.invert(pc.or_(pc.match_substring(urls, "://"), pc.starts_with(urls, "/")))
+        if pc.any(relative).as_py():
+            urls = pc.if_else(relative, pc.binary_join_element_wise(os.getcwd(), urls, "/"), urls)
+        table = self.table.set_column(0, "url", urls)
+        with fs.open(path, "wb") as f:
+            write_table(
+                f,
+                table,
+                self._format,
+                [schema_to_b64(s) for s in self.schemas],
+                None if self.partitioning is None else schema_to_b64(self.partitioning),
+            )
 
     @classmethod
     def load(cls, url: UrlOrPath, storage_options: dict[str, Any] | None = None) -> ShardIndex:
+        """A saved index: an Arrow IPC one (memory-mapped when local) or a JSON one."""
         url = as_url(url)
         fs, path = filesystem(url, storage_options)
         try:
-            with fs.open(path, "r") as f:
-                doc = json.load(f)
+            with fs.open(path, "rb") as f:
+                arrow = f.read(len(ARROW_MAGIC)) == ARROW_MAGIC
+                data = f.read() if arrow and not is_local(fs) else None
         except FileNotFoundError:
             raise FileNotFoundError(f"{redact(url)}: no saved index there") from None
-        except json.JSONDecodeError as e:
+        if arrow:
+            source = pa.memory_map(path) if data is None else pa.py_buffer(ARROW_MAGIC + data)
+            table, meta = read_table(source, url)
+            parts = meta.get("partitioning")
+            return cls(
+                schemas=[schema_from_b64(t) for t in meta.get("schemas", [])],
+                partitioning=schema_from_b64(parts) if parts else None,
+                table=table,
+                format=meta.get("format"),
+            )
+        try:
+            with fs.open(path, "r") as f:
+                doc = json.load(f)
+        except (json.JSONDecodeError, UnicodeDecodeError) as e:
             raise ValueError(f"{redact(url)}: not a shardstream index ({e})") from e
         if isinstance(doc, dict) and "shardlist" in doc:
             raise ValueError(

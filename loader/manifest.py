@@ -25,34 +25,50 @@ import io
 from dataclasses import dataclass
 from typing import Any
 
+import numpy as np
+import numpy.typing as npt
 import pyarrow as pa
+import pyarrow.compute as pc
 import pyarrow.parquet as pq
 
 from .errors import ShardError
 from .retry import RetryPolicy, read_ranges
-from .storage import FileEntry, file_entry, filesystem, redact
+from .storage import file_entry, filesystem, redact
+from .table import flags, one_array
 
-__all__ = ["MANIFEST_SUFFIXES", "ManifestRow", "is_manifest", "read_manifest"]
+__all__ = ["MANIFEST_SUFFIXES", "Manifest", "is_manifest", "read_manifest"]
 
 MANIFEST_SUFFIXES = (".manifest", ".manifest.txt", ".manifest.parquet")
 
 
 @dataclass(frozen=True)
-class ManifestRow:
-    """One shard a manifest names: its file entry and, if given, its record count."""
+class Manifest:
+    """The shards a manifest names, as columns, each (n,): `urls` (resolved against the
+    manifest's folder), `sizes`, `records` (-1 where not given) and `versions` (null
+    where not given). A million rows are arrays, not a million objects."""
 
-    entry: FileEntry
-    records: int | None
+    urls: pa.Array
+    sizes: npt.NDArray[np.int64]
+    records: npt.NDArray[np.int64]
+    versions: pa.Array
+
+    def __len__(self) -> int:
+        return len(self.sizes)
 
 
 def is_manifest(source: object) -> bool:
     return isinstance(source, str) and source.lower().endswith(MANIFEST_SUFFIXES)
 
 
-def _resolve(base: str, url: str) -> str:
-    if "://" in url or url.startswith("/") or not base:
-        return url
-    return f"{base}/{url}"
+def _resolve(base: str, urls: pa.Array) -> pa.Array:
+    """Relative URLs (no scheme, no leading /) joined to the manifest's folder."""
+    if not base:
+        return urls
+    relative = pc.invert(pc.or_(pc.match_substring(urls, "://"), pc.starts_with(urls, "/")))
+    if not pc.any(relative).as_py():
+        return urls
+    joined = pc.binary_join_element_wise(base, urls, "/")
+    return joined if pc.all(relative).as_py() else pc.if_else(relative, joined, urls)
 
 
 def _count(value: Any, where: str, name: str) -> int | None:
@@ -67,18 +83,16 @@ def _count(value: Any, where: str, name: str) -> int | None:
     return n
 
 
-def _row(base: str, url: str, size: Any, records: Any, version: Any, where: str) -> ManifestRow:
-    count = _count(size, where, "size")
-    if count is None:
-        raise ValueError(f"{where}: the size of {url} is required")
-    # an S3 ETag may come quoted (as S3 Inventory and the API give it)
-    tag = None if version in (None, "-") else str(version).strip('"')
-    entry = FileEntry(_resolve(base, url), count, tag)
-    return ManifestRow(entry, _count(records, where, "records"))
+def _tags(versions: pa.Array) -> pa.Array:
+    """Versions as strings, an S3 ETag's quotes (as S3 Inventory and the API give it)
+    stripped, ``-`` and empty as null."""
+    versions = pc.utf8_trim(versions.cast(pa.string()), '"')
+    empty = pc.is_in(versions, pa.array(["-", ""]))
+    return pc.if_else(empty, pa.scalar(None, pa.string()), versions)
 
 
-def _text_rows(text: str, url: str, base: str) -> list[ManifestRow]:
-    rows = []
+def _text_rows(text: str, url: str, base: str) -> Manifest:
+    urls, sizes, records, versions = [], [], [], []
     for number, line in enumerate(text.splitlines(), start=1):
         fields = line.split()
         if not fields or fields[0].startswith("#"):
@@ -88,14 +102,53 @@ def _text_rows(text: str, url: str, base: str) -> list[ManifestRow]:
             raise ValueError(
                 f"{where}: expected 'url size [records [version]]', got {len(fields)} fields"
             )
-        records, version = [*fields[2:], None, None][:2]
-        rows.append(_row(base, fields[0], fields[1], records, version, where))
-    return rows
+        size = _count(fields[1], where, "size")
+        if size is None:
+            raise ValueError(f"{where}: the size of {fields[0]} is required")
+        count = _count(fields[2], where, "records") if len(fields) > 2 else None
+        urls.append(fields[0])
+        sizes.append(size)
+        records.append(-1 if count is None else count)
+        versions.append(fields[3] if len(fields) > 3 else None)
+    return Manifest(
+        _resolve(base, pa.array(urls, pa.string())),
+        np.array(sizes, dtype=np.int64),
+        np.array(records, dtype=np.int64),
+        _tags(pa.array(versions, pa.string())),
+    )
 
 
-def _parquet_rows(data: bytes, url: str, base: str) -> list[ManifestRow]:
+def _integers(table: pa.Table, name: str, url: str, required: bool) -> npt.NDArray[np.int64]:
+    """Column `name` as int64 (-1 for null), checked: ValueError naming the first bad row."""
+    col = one_array(table.column(name))
+    shown = redact(url)
+    if not (pa.types.is_integer(col.type) or pa.types.is_floating(col.type)):
+        text = col.cast(pa.string())
+        col = pc.if_else(pc.equal(text, "-"), pa.scalar(None, pa.string()), text)
+        try:
+            col = col.cast(pa.int64())
+        except (pa.ArrowInvalid, pa.ArrowNotImplementedError):
+            for row, value in enumerate(col.to_pylist()):
+                _count(value, f"{shown} row {row}", name)  # raises at the first bad one
+            raise
+    values = col.fill_null(0).to_numpy()
+    nulls = flags(col.is_null())
+    if required and nulls.any():
+        row = int(np.flatnonzero(nulls)[0])
+        raise ValueError(f"{shown} row {row}: the size of {table.column('url')[row]} is required")
+    filled = np.where(nulls, 0, values)
+    bad = (filled < 0) | (filled != np.floor(filled))
+    if bad.any():
+        row = int(np.flatnonzero(bad)[0])
+        raise ValueError(
+            f"{shown} row {row}: {name} must be an integer >= 0 or '-', got {col[row].as_py()!r}"
+        )
+    return np.where(nulls, -1, filled).astype(np.int64)
+
+
+def _parquet_rows(data: bytes, url: str, base: str) -> Manifest:
     try:
-        table = pq.read_table(io.BytesIO(data))
+        table = pq.ParquetFile(io.BytesIO(data)).read()  # not read_table: it imports pandas
     except (pa.ArrowException, OSError) as e:
         raise ValueError(f"{redact(url)}: not a readable Parquet manifest ({e})") from e
     missing = {"url", "size"} - set(table.column_names)
@@ -104,25 +157,24 @@ def _parquet_rows(data: bytes, url: str, base: str) -> list[ManifestRow]:
             f"{redact(url)}: a Parquet manifest needs columns url and size (missing "
             f"{sorted(missing)}; optional: records, version)"
         )
-    cols = {
-        c: table.column(c).to_pylist()
-        for c in ("url", "size", "records", "version")
-        if c in table.column_names
-    }
     n = table.num_rows
-    shown = redact(url)
-    # a column left out is None for every row (made once: building it per row was
-    # quadratic, > 10 minutes for a million rows)
-    records, versions = (cols.get(c, [None] * n) for c in ("records", "version"))
-    return [
-        _row(base, str(u), size, rec, ver, f"{shown} row {i}")
-        for i, (u, size, rec, ver) in enumerate(zip(cols["url"], cols["size"], records, versions))
-    ]
+    urls = one_array(table.column("url")).cast(pa.string())
+    # columns, not a row object each: a million rows in well under a second
+    sizes = _integers(table, "size", url, required=True)
+    records = (
+        _integers(table, "records", url, required=False)
+        if "records" in table.column_names
+        else np.full(n, -1, dtype=np.int64)
+    )
+    versions = (
+        _tags(one_array(table.column("version")))
+        if "version" in table.column_names
+        else pa.nulls(n, pa.string())
+    )
+    return Manifest(_resolve(base, urls), sizes, records, versions)
 
 
-def read_manifest(
-    url: str, storage_options: dict[str, Any] | None, retry: RetryPolicy
-) -> list[ManifestRow]:
+def read_manifest(url: str, storage_options: dict[str, Any] | None, retry: RetryPolicy) -> Manifest:
     """The shards a manifest names, in its order. FileNotFoundError when it is missing,
     ValueError naming the line or row that is malformed, or when it names no shard."""
     fs, _ = filesystem(url, storage_options)
@@ -136,6 +188,6 @@ def read_manifest(
         rows = _parquet_rows(data, url, base)
     else:
         rows = _text_rows(data.decode("utf-8"), url, base)
-    if not rows:
+    if not len(rows):
         raise ValueError(f"{redact(url)}: the manifest names no shards")
     return rows

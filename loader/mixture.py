@@ -47,6 +47,7 @@ from .pipeline import MemoryBudget, PlanReader, decoding_pool, is_local
 from .retry import RetryPolicy
 from .state import Layout, check_state
 from .streams import STREAM, Stream, is_mixture
+from .table import ShardGroups
 
 __all__ = ["MixLayout", "MixtureDataset"]
 
@@ -159,7 +160,7 @@ class MixtureDataset(StreamingDataset):
         self._lengths: dict[str, int] = {}  # ragged list columns' length, shared by streams
         # per stream, where each shard's read groups lie (the reading order shuffles by them)
         groups = [
-            [self._format_of(k).groups(s) for s in idx.shards] for k, idx in enumerate(self.indexes)
+            ShardGroups(idx.shards, self._format_of(k).groups) for k, idx in enumerate(self.indexes)
         ]
         self.sampler = MixtureSampler(  # type: ignore[assignment]
             self.indexes,

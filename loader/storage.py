@@ -30,6 +30,7 @@ __all__ = [
     "check_version",
     "denied",
     "filesystem",
+    "is_local",
     "list_files",
     "redact",
     "s3_defaults",
@@ -223,6 +224,13 @@ def check_version(fs: Any, url: str, size: int, version: str | None) -> None:
     reason = stale_reason(url, size, version, now)
     if reason:
         raise StaleIndexError(f"{reason}: the shard changed since the index was built; rebuild it")
+
+
+def is_local(fs: Any) -> bool:
+    """Whether `fs` is the local disk (fsspec's LocalFileSystem)."""
+    from fsspec.implementations.local import LocalFileSystem
+
+    return isinstance(fs, LocalFileSystem)
 
 
 def _is_s3(fs: Any) -> bool:

@@ -42,18 +42,41 @@ def _sizes_of(shards: Sequence[int] | HasShardSizes | npt.ArrayLike) -> npt.NDAr
     return sizes
 
 
+def _check_counts(s: int, counts: Sequence[int], size: int) -> None:
+    if sum(counts) != size or any(int(c) <= 0 for c in counts):
+        raise ValueError(
+            f"groups of shard {s} must be positive record counts summing to its {size} "
+            f"records, got {list(counts)[:8]}{'...' if len(counts) > 8 else ''}"
+        )
+
+
+class _Checked(Sequence[Sequence[int]]):
+    """Groups given as a lazy sequence (an index of a million shards computes a shard's
+    groups when a plan reads it): each shard's checked when first asked for."""
+
+    def __init__(self, groups: Groups, sizes: npt.NDArray[np.int64]) -> None:
+        self.groups, self.sizes = groups, sizes
+
+    def __len__(self) -> int:
+        return len(self.groups)
+
+    def __getitem__(self, s: int) -> Sequence[int]:  # type: ignore[override]
+        counts = self.groups[s]
+        _check_counts(s, counts, int(self.sizes[s]))
+        return counts
+
+
 def _check_groups(groups: Groups | None, sizes: npt.NDArray[np.int64]) -> Groups | None:
-    """The groups, checked: one list per shard, positive counts summing to its size."""
+    """The groups, checked: one list per shard, positive counts summing to its size (a
+    list or tuple now, any other sequence a shard at a time, as the plans ask)."""
     if groups is None:
         return None
     if len(groups) != sizes.size:
         raise ValueError(f"groups gives {len(groups)} shards, the sizes {sizes.size}")
+    if not isinstance(groups, list | tuple):
+        return _Checked(groups, sizes)
     for s, (counts, size) in enumerate(zip(groups, sizes.tolist())):
-        if sum(counts) != size or any(int(c) <= 0 for c in counts):
-            raise ValueError(
-                f"groups of shard {s} must be positive record counts summing to its {size} "
-                f"records, got {list(counts)[:8]}{'...' if len(counts) > 8 else ''}"
-            )
+        _check_counts(s, counts, size)
     return groups
 
 

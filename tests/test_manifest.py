@@ -39,8 +39,9 @@ def test_text_manifest_with_counts_reads_no_shard_to_start(tmp_path: Path, fmt: 
     assert [s.url for s in index.shards] == [s.url for s in listed.shards]
     assert index.shard_sizes.tolist() == SIZES
     deferred = [bool(s.details.get("deferred")) for s in index.shards]
-    # Parquet: the first shard's footer gives the dataset's schema; nothing else is read
-    assert deferred == [fmt == "tar"] + [True] * 5
+    # Parquet: the first shard's footer gives the dataset's schema (the shard stays
+    # deferred: the index holds no layout for any shard); nothing else is read
+    assert deferred == [True] * 6
     if fmt == "parquet":
         assert index.schema == listed.schema
     ds = StreamingDataset(str(tmp_path / "d" / "train.manifest"), seed=3)

@@ -4,21 +4,40 @@ from __future__ import annotations
 
 from typing import Any
 
+import pyarrow as pa
+import pyarrow.compute as pc
+
 from .arrow_ipc import ArrowFormat
 from .base import Format
 from .parquet import ParquetFormat
 from .tar import TarFormat
 
-__all__ = ["FORMATS", "Format", "format_for", "format_of_url"]
+__all__ = ["FORMATS", "INDEX_FILE", "Format", "format_for", "format_of_url", "formats_of_urls"]
 
 FORMATS: dict[str, Any] = {"parquet": ParquetFormat, "arrow": ArrowFormat, "tar": TarFormat}
 _BY_SUFFIX = {s: name for name, cls in FORMATS.items() for s in cls.suffixes}
 
 
+INDEX_FILE = ".index.arrow"  # a saved index (loader.saved_index): Arrow, but not a shard
+
+
 def format_of_url(url: str) -> str | None:
     """The format a file's suffix names, or None."""
     lower = url.lower()
+    if lower.endswith(INDEX_FILE):
+        return None
     return next((name for s, name in _BY_SUFFIX.items() if lower.endswith(s)), None)
+
+
+def formats_of_urls(urls: pa.Array) -> dict[str, pa.Array]:
+    """`format_of_url` of many URLs at once (Arrow strings): per format, a boolean mask of
+    the URLs of that format (no URL is copied: a million URLs cost bitmaps)."""
+    index = pc.ends_with(urls, INDEX_FILE, ignore_case=True)
+    out: dict[str, pa.Array] = {}
+    for suffix, name in _BY_SUFFIX.items():
+        hit = pc.and_not(pc.ends_with(urls, suffix, ignore_case=True), index)
+        out[name] = hit if name not in out else pc.or_(out[name], hit)
+    return out
 
 
 def known_suffixes() -> str:

@@ -159,6 +159,14 @@ class ParquetFormat:
         self._lengths: dict[str, int] = {} if lengths is None else lengths
         self._open_files = threading.local()  # per decoding thread: the last files read
 
+    def __getstate__(self) -> dict[str, Any]:
+        """Pickled (to DataLoader workers) without the threads' open files."""
+        return {k: v for k, v in self.__dict__.items() if k != "_open_files"}
+
+    def __setstate__(self, state: dict[str, Any]) -> None:
+        self.__dict__.update(state)
+        self._open_files = threading.local()
+
     def scan(self, fs: Any, entries: Sequence[FileEntry]) -> list[dict[str, Any]]:
         """One batched range read of each shard's last `TAIL` bytes (fsspec's cat_ranges
         runs them concurrently on S3); a second only for footers longer than that. Each read
