@@ -24,7 +24,7 @@ from .listing import Listing
 from .partitions import hive_values, partition_schema
 from .schemas import unify_schemas
 from .storage import filesystem
-from .table import LAYOUT, flags, layout_columns, one_array, shard_table
+from .table import LAYOUT, flags, layout_columns, numbers, one_array, shard_table
 
 __all__ = ["assemble", "assemble_rows", "from_ipc", "scanned_rows", "to_ipc"]
 
@@ -80,10 +80,10 @@ def assemble_rows(
     and for shards in ``key=value`` folders."""
     name, n = listing.format, len(listing)
     rows = pa.concat_tables(list(parts), promote_options="default")
-    rows = rows.take(pa.array(np.argsort(rows.column("position").to_numpy(), kind="stable")))
-    at = rows.column("position").to_numpy().astype(np.int64)
+    rows = rows.take(pa.array(np.argsort(numbers(rows.column("position")), kind="stable")))
+    at = numbers(rows.column("position")).astype(np.int64)
     records = listing.records.copy()
-    records[at] = rows.column("records").to_numpy()
+    records[at] = numbers(rows.column("records"))
     place = np.full(n, -1, dtype=np.int64)
     place[at] = np.arange(at.size)
     take = pa.array(place, mask=place < 0)
@@ -98,7 +98,7 @@ def assemble_rows(
         origins = listing.origins  # dictionary-encoded: one manifest, many shards
         empty = ~listing.defer | flags(origins.is_null())
         layout["deferred"] = pa.DictionaryArray.from_arrays(
-            pa.array(origins.indices.fill_null(0).to_numpy(), mask=empty), origins.dictionary
+            pa.array(numbers(origins.indices), mask=empty), origins.dictionary
         )
     partitioning = None
     if name in ("parquet", "arrow") and n:

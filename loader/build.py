@@ -83,6 +83,8 @@ def shares(listing: Listing, parts: int) -> list[list[int]]:
     for i, side in listing.sidecars.items():
         cost[i] = 1.0 + side.size / REQUEST_BYTES
     cost[listing.defer] = 0.0
+    if listing.schema_shard is not None:
+        cost[listing.schema_shard] = 1.0  # its footer is read
     total = cost.sum()
     if total <= 0:
         cost, total = np.ones(n), float(n)
@@ -241,6 +243,8 @@ def discover(
         listing = Listing(name, entries)
         if name == "tar" and sidecars and companions:
             listing.set_hints(_tar_hints(entries, companions, storage_options, retry))
+    if listing.format in ("parquet", "arrow") and len(listing) and listing.defer.all():
+        listing.schema_shard = 0  # its footer gives the dataset's schema
     return listing
 
 
@@ -318,20 +322,20 @@ def scan(
             progress(done, n)
     for i in np.flatnonzero((listing.records >= 0) & ~listing.defer).tolist():
         _check_count(listing.entry(i), listing.hint(i), out[i])
-    if listing.format in ("parquet", "arrow") and listing.defer.all():
-        out[0] = _schema_only(fmt, fs, listing)
+    if listing.schema_shard is not None:
+        out[listing.schema_shard] = _schema_only(fmt, fs, listing, listing.schema_shard)
     return out
 
 
-def _schema_only(fmt: Any, fs: Any, listing: Listing) -> dict[str, Any]:
-    """Shard 0 of a listing whose every shard is deferred, with the dataset's schema from
+def _schema_only(fmt: Any, fs: Any, listing: Listing, i: int) -> dict[str, Any]:
+    """Shard i of a listing whose every shard is deferred, with the dataset's schema from
     its footer; it stays deferred (its reader reads the footer anyway), so the index
     holds no layout columns for a million deferred shards."""
-    (got,) = fmt.scan(fs, [listing.entry(0)])
-    _check_count(listing.entry(0), Hint(int(listing.records[0]), listing.origin(0)), got)
+    (got,) = fmt.scan(fs, [listing.entry(i)])
+    _check_count(listing.entry(i), Hint(int(listing.records[i]), listing.origin(i)), got)
     return {
         "num_records": got["num_records"],
-        "details": {"deferred": listing.origin(0)},
+        "details": {"deferred": listing.origin(i)},
         "schema": got["schema"],
     }
 

@@ -6,7 +6,7 @@ import json
 import logging
 import os
 from collections.abc import Callable, Sequence
-from dataclasses import asdict
+from dataclasses import asdict, replace
 from typing import Any
 
 import numpy as np
@@ -35,7 +35,7 @@ from .storage import (
     stale_reason,
     strip_credentials,
 )
-from .table import ShardList, layout_columns, one_array, shard_table
+from .table import ShardList, layout_columns, numbers, one_array, plain, shard_table
 
 __all__ = ["FORMAT_VERSION", "Shard", "ShardIndex"]
 
@@ -87,9 +87,7 @@ class ShardIndex:
         self.partitioning = partitioning  # Hive partition fields, when the tree has them
         self.shards = ShardList(table, format or "")
         # (S,) records of each shard: a read-only view of the table's column
-        self._sizes: npt.NDArray[np.int64] = np.asarray(
-            one_array(table.column("records")).to_numpy(), dtype=np.int64
-        )
+        self._sizes: npt.NDArray[np.int64] = numbers(table.column("records"))
 
     @property
     def shard_sizes(self) -> npt.NDArray[np.int64]:
@@ -149,8 +147,7 @@ class ShardIndex:
         """(S,) each shard's schema number (0 where the index has none: deferred)."""
         if "schema" not in self.table.column_names:
             return np.zeros(len(self), dtype=np.int64)
-        col = one_array(self.table.column("schema")).fill_null(0)
-        return np.asarray(col.to_numpy(), dtype=np.int64)
+        return numbers(self.table.column("schema")).astype(np.int64)
 
     def columns_schema(self, columns: Sequence[str] | None) -> pa.Schema:
         """The schema of the asked columns (all when None) that every shard can give:
@@ -228,11 +225,43 @@ class ShardIndex:
         s = self.shards[shard]
         return format_for(s.format).piece_bytes(s, start, stop)
 
+    def _list_sums(self, name: str) -> tuple[npt.NDArray[np.int64], npt.NDArray[np.int64]] | None:
+        """(per shard: the sum of list column `name`'s values, its length), or None when
+        no shard has the column (nulls sum to 0, of length 0)."""
+        if name not in self.table.column_names:
+            return None
+        col = one_array(self.table.column(name))
+        offsets = numbers(col.offsets).astype(np.int64)
+        total = np.concatenate(([0], np.cumsum(numbers(col.values))))
+        return total[offsets[1:]] - total[offsets[:-1]], np.diff(offsets)
+
+    def stored_bytes(self) -> int:
+        """Bytes reading every shard once, whole, fetches (its row groups, its tar members'
+        span; a shard indexed only by a count: its size): what the planner compares the
+        ranks' reads against. Columnar formats in one pass over the index's columns."""
+        sums = self._list_sums("row_group_bytes")
+        if self._format in ("parquet", "arrow") and sums is not None:
+            scanned = sums[1] > 0
+            sizes = numbers(self.table.column("bytes"))
+            return int(np.where(scanned, sums[0], np.where(self._sizes > 0, sizes, 0)).sum())
+        return sum(self.bytes_for(i, 0, int(n)) for i, n in enumerate(self._sizes.tolist()))
+
+    def single_group_shards(self) -> int:
+        """Parquet shards of more than one record in a single row group (a reader of any
+        of their records reads all of it)."""
+        sums = self._list_sums("row_group_rows")
+        if sums is None:
+            return 0
+        return int(((sums[1] == 1) & (self._sizes > 1)).sum())
+
     def to_json(self, keep_credentials: bool = False) -> dict[str, Any]:
         """The index as JSON-serializable data; URLs lose any embedded credentials unless
         `keep_credentials` (for handing the index to the job's other ranks, never saved)."""
         strip = (lambda u: u) if keep_credentials else strip_credentials
-        shards = [{**asdict(s), "url": strip(s.url)} for s in self.shards]
+        shards = [
+            {**asdict(replace(s, details={})), "details": plain(s.details), "url": strip(s.url)}
+            for s in self.shards
+        ]
         if any(d["url"] != s.url for d, s in zip(shards, self.shards)):
             log.warning("credentials embedded in shard URLs were left out of the saved index")
         return {

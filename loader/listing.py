@@ -70,6 +70,8 @@ class Listing:
         self.defer = np.zeros(n, dtype=bool)
         self.origins = pa.nulls(n, pa.string()).dictionary_encode()
         self.sidecars: dict[int, FileEntry] = {}
+        # a deferred shard whose footer is read for the dataset's schema (it stays deferred)
+        self.schema_shard: int | None = None
         if hints:
             self.set_hints(hints)
 
@@ -149,6 +151,7 @@ class Listing:
         out.sizes, out.records, out.defer = self.sizes[at], self.records[at], self.defer[at]
         where = {int(j): k for k, j in enumerate(at.tolist())}
         out.sidecars = {where[i]: s for i, s in self.sidecars.items() if i in where}
+        out.schema_shard = where.get(self.schema_shard) if self.schema_shard is not None else None
         return out
 
     def __eq__(self, other: object) -> bool:
@@ -162,6 +165,7 @@ class Listing:
             and np.array_equal(self.records, other.records)
             and np.array_equal(self.defer, other.defer)
             and self.sidecars == other.sidecars
+            and self.schema_shard == other.schema_shard
         )
 
     def __repr__(self) -> str:

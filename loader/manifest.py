@@ -34,7 +34,7 @@ import pyarrow.parquet as pq
 from .errors import ShardError
 from .retry import RetryPolicy, read_ranges
 from .storage import file_entry, filesystem, redact
-from .table import flags, one_array
+from .table import flags, numbers, one_array
 
 __all__ = ["MANIFEST_SUFFIXES", "Manifest", "is_manifest", "read_manifest"]
 
@@ -131,7 +131,7 @@ def _integers(table: pa.Table, name: str, url: str, required: bool) -> npt.NDArr
             for row, value in enumerate(col.to_pylist()):
                 _count(value, f"{shown} row {row}", name)  # raises at the first bad one
             raise
-    values = col.fill_null(0).to_numpy()
+    values = col.fill_null(0).to_numpy() if pa.types.is_floating(col.type) else numbers(col)
     nulls = flags(col.is_null())
     if required and nulls.any():
         row = int(np.flatnonzero(nulls)[0])

@@ -27,7 +27,9 @@ from typing import Any, overload
 
 import numpy as np
 import pyarrow as pa
+import pyarrow.compute as pc
 
+from .formats.tar_members import Keys, Members
 from .shard import Shard
 
 __all__ = [
@@ -37,7 +39,9 @@ __all__ = [
     "details_at",
     "flags",
     "layout_columns",
+    "numbers",
     "one_array",
+    "plain",
     "shard_table",
 ]
 
@@ -76,13 +80,38 @@ def one_array(col: pa.Array | pa.ChunkedArray) -> pa.Array:
     return col.chunk(0) if col.num_chunks == 1 else col.combine_chunks()
 
 
+_NUMPY = {pa.int64(): np.int64, pa.int32(): np.int32, pa.uint8(): np.uint8}
+
+
+def numbers(col: pa.Array | pa.ChunkedArray, fill: int = 0) -> np.ndarray:
+    """An integer Arrow column as a numpy array (a view of its buffer when it has no
+    nulls; nulls as `fill`). Not `to_numpy`: pyarrow imports pandas for it, 0.3 s."""
+    arr = one_array(col)
+    if arr.type not in _NUMPY:
+        arr = arr.cast(pa.int64())
+    if arr.null_count:
+        arr = arr.fill_null(fill)
+    kind = np.dtype(_NUMPY[arr.type])
+    data = arr.buffers()[1]
+    if data is None:
+        return np.zeros(len(arr), dtype=kind)
+    return np.frombuffer(data, dtype=kind, count=len(arr), offset=arr.offset * kind.itemsize)
+
+
 def flags(mask: pa.Array | pa.ChunkedArray) -> np.ndarray:
-    """A boolean Arrow array as a numpy bool array, nulls False (by way of uint8: Arrow's
-    own `to_numpy` of booleans goes through pandas, which it imports)."""
-    return np.asarray(one_array(mask).cast(pa.uint8()).fill_null(0).to_numpy(), dtype=bool)
+    """A boolean Arrow array as a numpy bool array, nulls False."""
+    return numbers(one_array(mask).cast(pa.uint8())).astype(bool)
+
+
+def plain(details: dict[str, Any]) -> dict[str, Any]:
+    """Details with array-backed member tables and keys as the lists they stand for
+    (for JSON)."""
+    return {k: list(v) if isinstance(v, Keys | Members) else v for k, v in details.items()}
 
 
 def _column_values(details: Sequence[dict[str, Any] | None], name: str) -> list[Any]:
+    if name == "keys":
+        return [None if d is None or name not in d else list(d[name]) for d in details]
     if name in _MEMBERS:
         k = _MEMBERS.index(name)
         return [
@@ -145,11 +174,10 @@ def details_at(columns: dict[str, pa.Array], i: int) -> dict[str, Any]:
         value = col[i]
         if not value.is_valid or name in _MEMBERS[1:]:
             continue
-        if name == "member_ext":
-            exts, offs, sizes = (columns[m][i].as_py() for m in _MEMBERS)
-            out["members"] = [
-                [[e, o, s] for e, o, s in zip(*rec)] for rec in zip(exts, offs, sizes)
-            ]
+        if name == "member_ext":  # views of the columns: no object a member
+            out["members"] = Members.of_columns(*(columns[m][i] for m in _MEMBERS))
+        elif name == "keys":
+            out["keys"] = Keys(value.values)
         elif name in _JSON:
             out[name] = json.loads(value.as_py())
         elif name == "extra":
@@ -169,9 +197,9 @@ class ShardList(Sequence[Shard]):
     def __init__(self, table: pa.Table, format: str) -> None:
         self.format = format
         self._urls = one_array(table.column("url"))
-        self._bytes = table.column("bytes").to_numpy()
+        self._bytes = numbers(table.column("bytes"))
         self._versions = one_array(table.column("version"))
-        self._records = table.column("records").to_numpy()
+        self._records = numbers(table.column("records"))
         self._layout = {n: one_array(table.column(n)) for n in table.column_names if n in LAYOUT}
         self._views: OrderedDict[int, Shard] = OrderedDict()
         self._lock = threading.Lock()  # reader threads ask for views at once
@@ -212,6 +240,19 @@ class ShardList(Sequence[Shard]):
     def __iter__(self) -> Iterator[Shard]:
         for k in range(len(self)):
             yield self[k]
+
+    def extensions(self) -> tuple[set[str], str | None]:
+        """Tar: the member extensions of every indexed shard (one pass over the member
+        column, no Shard made) and the URL of the first such shard (None: no shard is
+        indexed, a manifest's counts only)."""
+        col = self._layout.get("member_ext")
+        if col is None:
+            return set(), None
+        has = np.flatnonzero(flags(pc.is_valid(col)) & (self._records > 0))
+        if not has.size:
+            return set(), None
+        found = pc.unique(col.flatten().flatten()).to_pylist()
+        return set(found), str(self._urls[int(has[0])].as_py())
 
     def __eq__(self, other: object) -> bool:
         if not isinstance(other, Sequence):

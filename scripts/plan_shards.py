@@ -3,7 +3,7 @@
     plan_shards.py SOURCE [--world-size R] [--workers W] [--seed S] [--epoch E] [--drop-last]
                    [--save-index PATH] [--json] [--plot PNG] [--storage-options JSON]
                    [--index-workers N] [--write-sidecars] [--no-sidecars]
-    plan_shards.py --simulate-shards S --records-per-shard N --world-size R ...
+    plan_shards.py --simulate-shards S [--records-per-shard N] --world-size R [--rank K] ...
     plan_shards.py --stream NAME=SOURCE[:WEIGHT] [--stream ...] [--epoch-size E] --world-size R
 
 Indexes SOURCE (a directory, s3:// prefix, glob or saved index; S3 credentials and endpoint
@@ -11,7 +11,9 @@ from the standard AWS variables such as AWS_ENDPOINT_URL, or --storage-options),
 one row per rank: records, shards touched, bytes to read (the row groups or tar ranges that
 hold its records), with the balance (max/min) and the mixing metric (mean distinct shards in
 a batch of 64 consecutive records) of a sample of ranks. --simulate-shards plans a synthetic
-dataset of equal shards without touching storage. --stream plans a mixture (see
+dataset of equal shards (1,000 records each unless --records-per-shard) without touching
+storage. --rank K prints one rank's plan only (its pieces: shard, rows, bytes), computed
+without planning the others: O(shards) at any world size. --stream plans a mixture (see
 scripts/plan_mixture.py): per stream, records per rank and epoch, passes per epoch and the
 epoch at which its current pass ends; SOURCE may be simulate:SHARDSxRECORDS.
 """
@@ -80,7 +82,13 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
     p.add_argument("--write-sidecars", action="store_true", help="write .idx beside tar shards")
     p.add_argument("--no-sidecars", action="store_true", help="index tar shards, not sidecars")
     p.add_argument("--simulate-shards", type=int, metavar="S", help="plan S synthetic shards")
-    p.add_argument("--records-per-shard", type=int, metavar="N", help="with --simulate-shards")
+    p.add_argument(
+        "--records-per-shard",
+        type=int,
+        metavar="N",
+        help="with --simulate-shards (default 1,000)",
+    )
+    p.add_argument("--rank", type=int, metavar="K", help="print only rank K's plan")
     p.add_argument(
         "--stream",
         action="append",
@@ -99,8 +107,12 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
         p.error("give either SOURCE, --simulate-shards or --stream")
     elif args.epoch_size is not None:
         p.error("--epoch-size applies to mixtures (--stream)")
-    if args.simulate_shards is not None and not args.records_per_shard:
-        p.error("--simulate-shards needs --records-per-shard")
+    if args.simulate_shards is not None and args.records_per_shard is None:
+        args.records_per_shard = 1000
+    if args.rank is not None and not 0 <= args.rank < args.world_size:
+        p.error(f"--rank must be in [0, {args.world_size}) for --world-size {args.world_size}")
+    if args.rank is not None and args.stream:
+        p.error("--rank plans one rank of one dataset, not of a mixture")
     for name in ("world_size", "workers", "simulate_shards", "records_per_shard", "epoch_size"):
         value = getattr(args, name)
         if value is not None and value < 1:
@@ -209,13 +221,7 @@ def _amplification(index: ShardIndex | None, rows: list[RankRow]) -> dict[str, A
     if index is None:
         return {}
     read = sum(r.bytes or 0 for r in rows)
-    # what reading every shard once, whole, reads (its column chunks or tar members)
-    stored = sum(index.bytes_for(i, 0, s.num_records) for i, s in enumerate(index.shards))
-    single = sum(
-        1
-        for s in index.shards
-        if s.num_records > 1 and len(s.details.get("row_group_rows", ())) == 1
-    )
+    stored, single = index.stored_bytes(), index.single_group_shards()
     return {
         "bytes_stored": stored,
         "bytes_read": read,
@@ -293,10 +299,68 @@ def _line(args: argparse.Namespace, index: ShardIndex | None) -> tuple[np.ndarra
     return line.ends, rank_length(line.num_records, args.world_size, args.drop_last)
 
 
+def rank_doc(args: argparse.Namespace, index: ShardIndex | None) -> dict[str, Any]:
+    """One rank's plan (each worker's pieces), the other ranks' never computed."""
+    sampler = ShardSampler(
+        _sizes(args, index),
+        args.world_size,
+        args.rank,
+        not args.no_shuffle,
+        args.seed,
+        args.drop_last,
+    )
+    sampler.set_epoch(args.epoch)
+    workers = []
+    for w in range(args.workers):
+        plan = sampler.plan(w, args.workers)
+        pieces = [
+            {
+                "shard": int(s),
+                "url": None if index is None else index.shards[int(s)].url,
+                "start": int(a),
+                "stop": int(b),
+                "bytes": None if index is None else index.bytes_for(int(s), int(a), int(b)),
+            }
+            for s, a, b in zip(plan.shards, plan.starts, plan.stops)
+        ]
+        workers.append({"worker": w, "records": len(plan), "pieces": pieces})
+    return {
+        "num_shards": len(sampler.sizes),
+        "world_size": args.world_size,
+        "rank": args.rank,
+        "seed": args.seed,
+        "epoch": args.epoch,
+        "records": sum(w["records"] for w in workers),
+        "workers": workers,
+    }
+
+
+def print_rank(doc: dict[str, Any]) -> None:
+    print(
+        f"rank {doc['rank']} of {doc['world_size']} over {doc['num_shards']:,} shards "
+        f"(seed {doc['seed']}, epoch {doc['epoch']}): {doc['records']:,} records"
+    )
+    for w in doc["workers"]:
+        print(f"worker {w['worker']}: {w['records']:,} records in {len(w['pieces'])} pieces")
+        print(f"{'shard':>10} {'rows':>21} {'bytes':>14}  url")
+        shown = (
+            w["pieces"] if len(w["pieces"]) <= 40 else [*w["pieces"][:20], None, *w["pieces"][-20:]]
+        )
+        for piece in shown:
+            if piece is None:
+                print(f"{'...':>10}  ({len(w['pieces']) - 40} more; --json lists all)")
+                continue
+            b = "-" if piece["bytes"] is None else f"{piece['bytes']:,}"
+            rows = f"{piece['start']:,}-{piece['stop']:,}"
+            print(f"{piece['shard']:>10,} {rows:>21} {b:>14}  {piece['url'] or '-'}")
+
+
 def main(argv: list[str] | None = None) -> int:
     args = parse_args(argv)
     try:
-        if args.stream:
+        if args.rank is not None:
+            doc = rank_doc(args, load_index(args))
+        elif args.stream:
             doc = mixture_doc(args, load_streams(args))
             if args.plot:
                 plot(doc, args.plot, None)
@@ -311,6 +375,8 @@ def main(argv: list[str] | None = None) -> int:
         return 2
     if args.json:
         print(json.dumps(doc))
+    elif args.rank is not None:
+        print_rank(doc)
     elif args.stream:
         print_mixture(doc)
     else:

@@ -38,6 +38,13 @@ def test_ranks_build_one_index_and_share_failures(tmp_path: Path) -> None:
     ShardIndex.build(str(tmp_path / "t")).save(str(tmp_path / "t.index.json"))
     sources = [str(tmp_path / "p"), str(tmp_path / "t"), str(tmp_path / "bad")]
     sources += [str(tmp_path / "missing"), parquet[::-1], str(tmp_path / "t.index.json")]
+    # a manifest with counts (its rows broadcast as arrays) and a saved Arrow index
+    listed = ShardIndex.build(str(tmp_path / "p"))
+    (tmp_path / "p.manifest").write_text(
+        "".join(f"{s.url} {s.bytes} {s.num_records}\n" for s in listed.shards)
+    )
+    listed.save(str(tmp_path / "p.index.arrow"))
+    sources += [str(tmp_path / "p.manifest"), str(tmp_path / "p.index.arrow")]
     out = torchrun(
         REPO / "tests" / "dist" / "build_index.py",
         "null",

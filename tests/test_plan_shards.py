@@ -82,6 +82,35 @@ def test_simulation(capsys: pytest.CaptureFixture[str]) -> None:
     assert 7.0 < doc["mixing"] <= 8.0
 
 
+def test_simulation_defaults_to_1000_records_a_shard(capsys: pytest.CaptureFixture[str]) -> None:
+    doc = run_json(capsys, "--simulate-shards", "1000", "--world-size", "4")
+    assert doc["num_records"] == 10**6
+
+
+def test_one_ranks_plan(capsys: pytest.CaptureFixture[str], dataset: str) -> None:
+    args = [dataset, "--world-size", "3", "--rank", "1", "--workers", "2", "--seed", "5"]
+    doc = run_json(capsys, *args)
+    index = ShardIndex.build(dataset)
+    s = ShardSampler(SIZES, 3, 1, seed=5)
+    assert doc["records"] == len(s) and [w["worker"] for w in doc["workers"]] == [0, 1]
+    for w in doc["workers"]:
+        plan = s.plan(w["worker"], 2)
+        assert w["records"] == len(plan)
+        assert w["pieces"] == [
+            {
+                "shard": int(x),
+                "url": index.shards[int(x)].url,
+                "start": int(a),
+                "stop": int(b),
+                "bytes": index.bytes_for(int(x), int(a), int(b)),
+            }
+            for x, a, b in zip(plan.shards, plan.starts, plan.stops)
+        ]
+    assert main(args) == 0
+    out = capsys.readouterr().out
+    assert out.startswith(f"rank 1 of 3 over 6 shards (seed 5, epoch 0): {len(s)} records")
+
+
 def test_plot(capsys: pytest.CaptureFixture[str], dataset: str, tmp_path: Path) -> None:
     png = tmp_path / "plan.png"
     assert main([dataset, "--world-size", "3", "--plot", str(png)]) == 0
@@ -93,7 +122,7 @@ def test_plot(capsys: pytest.CaptureFixture[str], dataset: str, tmp_path: Path) 
     [
         (["/no/such/dir", "--world-size", "2"], "error: /no/such/dir: no such file"),
         (["--world-size", "2"], "give either SOURCE, --simulate-shards or --stream"),
-        (["--simulate-shards", "5", "--world-size", "2"], "needs --records-per-shard"),
+        (["x", "--world-size", "2", "--rank", "2"], "--rank must be in [0, 2)"),
         (["x", "--world-size", "0"], "--world-size must be >= 1, got 0"),
         (["x", "--world-size", "2", "--storage-options", "{"], "not valid JSON"),
     ],

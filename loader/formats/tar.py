@@ -25,6 +25,7 @@ from ..retry import RetryPolicy, read_ranges
 from ..shard import Shard
 from ..storage import FileEntry, redact
 from .deferred import complete, estimated_bytes, is_deferred
+from .tar_members import members_of
 from .tar_scan import (
     BLOCK,
     check_headers,
@@ -108,12 +109,17 @@ def check_tar_columns(shards: Sequence[Shard], columns: Sequence[str] | None) ->
         )
     asked = [c for c in columns if c not in _META]
     seen: set[str] = set()
-    indexed = [s for s in shards if s.num_records and "members" in s.details]
-    for shard in indexed:
-        for members in shard.details["members"]:
-            seen.update(m[0] for m in members)
-        if seen.issuperset(asked):
-            return
+    extensions = getattr(shards, "extensions", None)  # an index's: one pass over a column
+    if extensions is not None:
+        seen, example = extensions()
+        indexed = [example] if example else []
+    else:
+        indexed = [s.url for s in shards if s.num_records and "members" in s.details]
+        for shard in shards:
+            if shard.num_records and "members" in shard.details:
+                seen |= members_of(shard.details).extensions()
+    if seen.issuperset(asked):
+        return
     missing = [c for c in asked if c not in seen]
     if not indexed or not missing:
         return
@@ -121,7 +127,7 @@ def check_tar_columns(shards: Sequence[Shard], columns: Sequence[str] | None) ->
     hints = "".join(f"; did you mean {m[0]!r} for {c!r}?" for c, m in close.items() if m)
     raise ValueError(
         f"columns: no sample in the tar shards has the extension(s) {missing} "
-        f"(e.g. {redact(indexed[0].url)}); their extensions are {sorted(seen)[:20]}{hints}"
+        f"(e.g. {redact(indexed[0])}); their extensions are {sorted(seen)[:20]}{hints}"
     )
 
 
@@ -203,9 +209,8 @@ class TarFormat:
     ) -> tuple[Shard, int, int, Sequence[str] | None, int, bytes]:
         """The storage part of `read`: the bytes spanning the records' members."""
         shard = complete(self, fs, shard)  # a shard only counted so far: its headers now
-        recs = shard.details["members"][start:stop]
-        lo = recs[0][0][1] - BLOCK  # from the first member's header: `decode` checks it
-        hi = max(off + size for _, off, size in recs[-1])
+        first, hi = members_of(shard.details).span(start, stop)
+        lo = first - BLOCK  # from the first member's header: `decode` checks it
         return shard, start, stop, columns, lo, self._span(fs, shard, lo, hi)
 
     def fetch_many(
@@ -223,12 +228,11 @@ class TarFormat:
     ) -> list[dict[str, Any]]:
         """The samples from what `fetch` got (webdataset's decoders applied, if any)."""
         shard, start, stop, columns, lo, data = got
-        check_headers(data, lo, shard.details["members"][start:stop], shard.url)
+        records = members_of(shard.details).records(start, stop)
+        check_headers(data, lo, records, shard.url)
         keep = None if columns is None else set(columns)
         out = []
-        for key, members in zip(
-            shard.details["keys"][start:stop], shard.details["members"][start:stop]
-        ):
+        for key, members in zip(shard.details["keys"][start:stop], records):
             sample: dict[str, Any] = {"__key__": key, "__url__": shard.url}
             for ext, off, size in members:
                 if keep is None or ext in keep:
@@ -246,8 +250,8 @@ class TarFormat:
         ends = shard.details.get("compressed_ends")
         if ends is not None:
             return int(min(shard.bytes, ends[stop - 1]))
-        recs = shard.details["members"][start:stop]
-        return int(max(o + n for _, o, n in recs[-1]) - recs[0][0][1]) if recs else 0
+        first, last = members_of(shard.details).span(start, stop)
+        return last - first
 
     def groups(self, shard: Shard) -> list[int]:
         """Records of each read group: consecutive records holding GROUP_BYTES of member
@@ -259,9 +263,9 @@ class TarFormat:
             return [n] if n else []
         out: list[int] = []
         rows = size = 0
-        for members in shard.details["members"]:
+        for got in members_of(shard.details).record_bytes().tolist():
             rows += 1
-            size += sum(m[2] for m in members)
+            size += got
             if size >= GROUP_BYTES:
                 out.append(rows)
                 rows = size = 0
@@ -274,13 +278,7 @@ class TarFormat:
         extensions) plus a sample dict each."""
         if is_deferred(shard):
             return estimated_bytes(shard, start, stop) + _SAMPLE_OVERHEAD * (stop - start)
-        keep = None if columns is None else set(columns)
-        data = sum(
-            m[2]
-            for members in shard.details["members"][start:stop]
-            for m in members
-            if keep is None or m[0] in keep
-        )
+        data = members_of(shard.details).data_bytes(start, stop, columns)
         return int(data + _SAMPLE_OVERHEAD * (stop - start))
 
     def reserve(self, nbytes: int) -> None:

@@ -1,0 +1,439 @@
+"""Benchmark starting at scale: the columnar index, in one table.
+
+    python scripts/bench_scale.py [--shards 1000000] [--world-size 4096] [--ranks 4]
+                                  [--latency-ms 30] [--only a,b] [--json]
+
+Each row runs in a fresh process (so a row's memory is its own): seconds and peak RSS
+growth (MB, from after the imports), against the goal beside it.
+
+  manifest     --shards shards named by a Parquet manifest with record counts, one rank of
+               --world-size (no process group, shuffle off; only that rank's shards exist):
+               construction to the first batch.
+  torchrun     the same manifest under torchrun (--ranks ranks, gloo): building the index
+               on every rank (rank 0 reads the manifest, the listing is broadcast as
+               arrays), the slowest rank's seconds and the largest RSS growth.
+  saved        a saved index (Arrow IPC) of --shards Parquet shards (4 row groups each,
+               synthetic) loaded; bench.py's tar shards (16 x 10,000 samples, 480,000
+               members) from a saved index, Arrow and JSON: load, and memory held until
+               the shards are read.
+  tar          those tar shards, from the saved index, to the first record, locally and on
+               a local S3 server (moto) through scripts/s3proxy.py (--latency-ms before
+               each answer, 100 MB/s a connection); webdataset's first record beside them.
+  list         32 Parquet shards on that shaped S3: the first batch from a list of URLs, a
+               glob and a prefix, against a saved index.
+  planner      `shardstream-plan --simulate-shards --shards --world-size` (the command's
+               wall time, imports included) and `--rank 0` (one rank's plan only).
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import shutil
+import subprocess
+import sys
+import tempfile
+import time
+from collections.abc import Iterator
+from contextlib import contextmanager
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import pyarrow as pa
+import pyarrow.parquet as pq
+
+REPO = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(REPO))
+sys.path.insert(0, str(REPO / "scripts"))
+
+from scripts.s3proxy import Shaping, counting_proxy  # noqa: E402
+from tests.conftest import moto_server  # noqa: E402
+
+BUCKET = "bscale"
+PER_SHARD = 1000
+SECTIONS = ("manifest", "torchrun", "saved", "tar", "list", "planner")
+
+# run in a fresh process: prints one JSON line (seconds, peak RSS growth in MB, ...)
+_PRELUDE = (
+    "import json, resource, sys, time\n"
+    "import torch, torch.distributed, torch.utils.data, pyarrow.parquet, s3fs, webdataset\n"
+    "import shardstream\n"
+    "from loader.index import ShardIndex\n"
+    "def peak(): return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024\n"
+    "p0 = peak(); t0 = time.perf_counter()\n"
+)
+
+
+def env() -> dict[str, str]:
+    return {
+        **os.environ,
+        "AWS_ACCESS_KEY_ID": "bench",
+        "AWS_SECRET_ACCESS_KEY": "bench",
+        "AWS_DEFAULT_REGION": "us-east-1",
+        "PYTHONPATH": str(REPO),
+        "OMP_NUM_THREADS": "1",
+    }
+
+
+def child(code: str, *argv: str) -> dict[str, Any]:
+    proc = subprocess.run(
+        [sys.executable, "-c", _PRELUDE + code, *argv], capture_output=True, text=True, env=env()
+    )
+    if proc.returncode:
+        raise SystemExit(f"a measurement failed:\n{proc.stderr[-3000:]}")
+    out: dict[str, Any] = json.loads(proc.stdout.strip().splitlines()[-1])
+    return out
+
+
+_FIRST = (
+    "opts = json.loads(sys.argv[2]) or None\n"
+    "ds = shardstream.StreamingDataset(json.loads(sys.argv[1]), storage_options=opts, "
+    "num_replicas=int(sys.argv[3]), rank=0, shuffle=False, batch_size=json.loads(sys.argv[4]))\n"
+    "built = time.perf_counter() - t0\n"
+    "next(iter(ds))\n"
+    "print(json.dumps({'built_s': built, 'seconds': time.perf_counter() - t0, "
+    "'mb': peak() - p0}))\n"
+)
+
+
+def first(
+    source: Any, opts: dict[str, Any] | None, ranks: int = 1, batch: int | None = 256
+) -> dict[str, Any]:
+    """Construction to the first item (a batch, or a record with batch None)."""
+    return child(_FIRST, json.dumps(source), json.dumps(opts), str(ranks), json.dumps(batch))
+
+
+def _webdataset_first(urls: list[str]) -> dict[str, Any]:
+    code = (
+        "d = webdataset.WebDataset(json.loads(sys.argv[1]), shardshuffle=False)\n"
+        "next(iter(d))\n"
+        "print(json.dumps({'seconds': time.perf_counter() - t0, 'mb': peak() - p0}))\n"
+    )
+    return child(code, json.dumps(urls))
+
+
+def manifest_dataset(root: Path, shards: int, world: int) -> Path:
+    """A Parquet manifest of `shards` shards of PER_SHARD records; only the shards rank 0
+    of `world` reads (shuffle off) exist, as copies of one file."""
+    root.mkdir(parents=True, exist_ok=True)
+    ids = np.arange(PER_SHARD, dtype=np.int64)
+    table = pa.table({"id": ids, "x": np.random.default_rng(0).random(PER_SHARD)})
+    pq.write_table(table, root / "s0000000.parquet", row_group_size=PER_SHARD // 4)
+    size = (root / "s0000000.parquet").stat().st_size
+    for k in range(1, -(-shards // world) + 2):
+        shutil.copyfile(root / "s0000000.parquet", root / f"s{k:07d}.parquet")
+    names = pa.array([f"s{k:07d}.parquet" for k in range(shards)])
+    manifest = root / "train.manifest.parquet"
+    pq.write_table(
+        pa.table(
+            {"url": names, "size": np.full(shards, size), "records": np.full(shards, PER_SHARD)}
+        ),
+        manifest,
+    )
+    return manifest
+
+
+def rank_job(manifest: str) -> None:
+    """One rank's part under torchrun: the index built by all ranks, between barriers."""
+    import resource
+
+    import torch.distributed as dist
+
+    from loader.distributed_index import shared_index
+    from loader.retry import RetryPolicy
+
+    dist.init_process_group("gloo")
+    dist.barrier()
+    p0 = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
+    t0 = time.perf_counter()
+    index = shared_index(manifest, None, RetryPolicy())
+    mine = time.perf_counter() - t0
+    mb = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024 - p0
+    dist.barrier()
+    total = time.perf_counter() - t0
+    got: list[Any] = [None] * dist.get_world_size()
+    dist.all_gather_object(got, {"seconds": mine, "mb": mb})
+    if dist.get_rank() == 0:
+        out = {
+            "seconds": total,
+            "mb": max(g["mb"] for g in got),
+            "ranks": got,
+            "shards": len(index),
+        }
+        print("BENCH", json.dumps(out), flush=True)
+    dist.destroy_process_group()
+
+
+def torchrun(ranks: int, manifest: Path) -> dict[str, Any]:
+    cmd = [sys.executable, "-m", "torch.distributed.run", "--standalone"]
+    cmd += [f"--nproc_per_node={ranks}", __file__, "--rank-job", str(manifest)]
+    proc = subprocess.run(cmd, capture_output=True, text=True, env=env(), cwd=REPO)
+    lines = [x for x in proc.stdout.splitlines() if x.startswith("BENCH ")]
+    if proc.returncode or not lines:
+        raise SystemExit(f"torchrun failed:\n{proc.stderr[-3000:]}")
+    out: dict[str, Any] = json.loads(lines[-1][6:])
+    return out
+
+
+def synthetic_parquet_index(shards: int) -> Any:
+    """An index of `shards` scanned Parquet shards of 4 row groups (the layout a real
+    build records), made as arrays."""
+    from loader.index import ShardIndex
+    from loader.table import shard_table
+
+    groups = 4
+
+    def lists(values: np.ndarray, per: int) -> pa.Array:
+        offsets = np.arange(0, len(values) + 1, per, dtype=np.int32)
+        return pa.ListArray.from_arrays(pa.array(offsets), pa.array(values))
+
+    n = shards * groups
+    layout = {
+        "row_group_rows": lists(np.full(n, PER_SHARD // groups, np.int64), groups),
+        "row_group_offsets": lists(
+            np.tile(np.arange(groups, dtype=np.int64) * 9000 + 4, shards), groups
+        ),
+        "row_group_bytes": lists(np.full(n, 9000, np.int64), groups),
+        "column_uncompressed_bytes": pa.ListArray.from_arrays(
+            pa.array(np.arange(0, 2 * shards + 1, 2, dtype=np.int32)),
+            lists(np.full(2 * n, 8000, np.int64), groups),
+        ),
+        "footer_bytes": pa.array(np.full(shards, 700, np.int64)),
+        "schema": pa.array(np.zeros(shards, np.int32)),
+    }
+    urls = pa.array([f"s3://bucket/data/part-{k:07d}.parquet" for k in range(shards)])
+    versions = pa.array([f'"{k:032x}"' for k in range(shards)])
+    table = shard_table(urls, np.full(shards, 36_800), versions, np.full(shards, PER_SHARD), layout)
+    schema = pa.schema([("id", pa.int64()), ("x", pa.float64())])
+    return ShardIndex(schemas=[schema], table=table, format="parquet")
+
+
+_LOAD = (
+    "index = ShardIndex.load(sys.argv[1])\n"
+    "print(json.dumps({'seconds': time.perf_counter() - t0, 'mb': peak() - p0, "
+    "'shards': len(index)}))\n"
+)
+
+
+@contextmanager
+def shaped_s3(latency_ms: float) -> Iterator[tuple[str, str, Any]]:
+    """(moto's URL, the shaping proxy's URL, an s3fs filesystem on moto)."""
+    os.environ.update({k: v for k, v in env().items() if k.startswith("AWS_")})
+    import s3fs
+
+    with moto_server() as url:
+        fs = s3fs.S3FileSystem(client_kwargs={"endpoint_url": url}, skip_instance_cache=True)
+        fs.mkdir(BUCKET)
+        with counting_proxy(url, shaping=Shaping(latency_ms=latency_ms, mbps=100)) as proxy:
+            yield url, proxy.url, fs
+
+
+def row(
+    item: str, what: str, got: float, goal: str, unit: str = "s", **more: Any
+) -> dict[str, Any]:
+    out = {"item": item, "what": what, "value": got, "unit": unit, "goal": goal, **more}
+    print(f"  {item} | {what}: {got:.3f} {unit} (goal {goal})", file=sys.stderr, flush=True)
+    return out
+
+
+def run(args: argparse.Namespace) -> list[dict[str, Any]]:
+    from loader.index import ShardIndex
+
+    only = set(args.only.split(",")) if args.only else set(SECTIONS)
+    rows: list[dict[str, Any]] = []
+    with tempfile.TemporaryDirectory() as tmp_name:
+        tmp = Path(tmp_name)
+        if only & {"manifest", "torchrun"}:
+            manifest = manifest_dataset(tmp / "m", args.shards, args.world_size)
+        if "manifest" in only:
+            got = first(str(manifest), None, args.world_size)
+            rows.append(
+                row(
+                    "1",
+                    f"{args.shards:,} manifest shards, rank 0 of {args.world_size:,}: first batch",
+                    got["seconds"],
+                    "<= 2 s",
+                )
+            )
+            rows.append(row("1", "  peak RSS growth", got["mb"], "<= 150 MB", "MB"))
+        if "torchrun" in only:
+            got = torchrun(args.ranks, manifest)
+            rows.append(
+                row(
+                    "2",
+                    f"torchrun {args.ranks} ranks (gloo): index of {args.shards:,} manifest shards",
+                    got["seconds"],
+                    "<= 1 s",
+                )
+            )
+            rows.append(row("2", "  peak RSS growth, largest rank", got["mb"], "<= 100 MB", "MB"))
+        if only & {"saved", "tar"}:
+            import bench
+
+            bench.make_dataset(tmp / "b", 16, 10_000, 2_000)
+            tars = sorted((tmp / "b" / "tar").glob("*.tar"))
+            tar_index = ShardIndex.build([str(p) for p in tars])
+            tar_index.save(str(tmp / "tar.index.arrow"))
+            tar_index.save(str(tmp / "tar.index.json"))
+        if "saved" in only:
+            synthetic_parquet_index(args.shards).save(str(tmp / "p.index.arrow"))
+            got = child(_LOAD, str(tmp / "p.index.arrow"))
+            rows.append(
+                row(
+                    "3",
+                    f"saved index (Arrow) of {args.shards:,} Parquet shards: load",
+                    got["seconds"],
+                    "<= 1 s",
+                    mb=got["mb"],
+                )
+            )
+            members = sum(len(s.details["members"]) * 3 for s in tar_index.shards)
+            for kind in ("arrow", "json"):
+                got = child(_LOAD, str(tmp / f"tar.index.{kind}"))
+                goal = ("<= 0.1 s", "<= 20 MB") if kind == "arrow" else ("-", "-")
+                rows.append(
+                    row(
+                        "3",
+                        f"saved tar index ({kind}, {members:,} members): load",
+                        got["seconds"],
+                        goal[0],
+                    )
+                )
+                rows.append(
+                    row("3", "  RSS growth until the shards are read", got["mb"], goal[1], "MB")
+                )
+        if "tar" in only:
+            wds = _webdataset_first([str(p) for p in tars])
+            ours = first(str(tmp / "tar.index.arrow"), None, batch=None)
+            rows.append(row("4", "tar local, first record: webdataset", wds["seconds"], "-"))
+            rows.append(
+                row(
+                    "4",
+                    "tar local, first record: ours, saved index",
+                    ours["seconds"],
+                    f"<= {2 * wds['seconds']:.3f} s (2x)",
+                    ratio=ours["seconds"] / wds["seconds"],
+                )
+            )
+            with shaped_s3(args.latency_ms) as (url, shaped, fs):
+                for p in tars:
+                    fs.put_file(str(p), f"{BUCKET}/tar/{p.name}", ACL="public-read")
+                opts = {"client_kwargs": {"endpoint_url": shaped}}
+                ShardIndex.build(
+                    [f"s3://{BUCKET}/tar/{p.name}" for p in tars],
+                    {"client_kwargs": {"endpoint_url": url}},
+                ).save(f"s3://{BUCKET}/tar.index.arrow", {"client_kwargs": {"endpoint_url": url}})
+                wds = _webdataset_first(
+                    [f"pipe:curl -s -f {shaped}/{BUCKET}/tar/{p.name}" for p in tars]
+                )
+                ours = first(f"s3://{BUCKET}/tar.index.arrow", opts, batch=None)
+                where = f"tar s3 +{args.latency_ms:.0f} ms"
+                rows.append(
+                    row("4", f"{where}, first record: webdataset (curl)", wds["seconds"], "-")
+                )
+                rows.append(
+                    row(
+                        "4",
+                        f"{where}, first record: ours, saved index",
+                        ours["seconds"],
+                        f"<= {2 * wds['seconds']:.3f} s (2x)",
+                        ratio=ours["seconds"] / wds["seconds"],
+                    )
+                )
+        if "list" in only:
+            (tmp / "l").mkdir()
+            paths = []
+            for k in range(32):
+                ids = np.arange(k * 10_000, (k + 1) * 10_000, dtype=np.int64)
+                pq.write_table(
+                    pa.table({"id": ids, "x": ids * 0.5}),
+                    tmp / "l" / f"p-{k:03d}.parquet",
+                    row_group_size=2_500,
+                )
+                paths.append(tmp / "l" / f"p-{k:03d}.parquet")
+            with shaped_s3(args.latency_ms) as (url, shaped, fs):
+                for p in paths:
+                    fs.put_file(str(p), f"{BUCKET}/l/{p.name}")
+                urls = [f"s3://{BUCKET}/l/{p.name}" for p in paths]
+                raw = {"client_kwargs": {"endpoint_url": url}}
+                ShardIndex.build(urls, raw).save(f"s3://{BUCKET}/l.index.arrow", raw)
+                opts = {"client_kwargs": {"endpoint_url": shaped}}
+                saved = first(f"s3://{BUCKET}/l.index.arrow", opts)["seconds"]
+                where = f"32 Parquet shards, s3 +{args.latency_ms:.0f} ms, first batch"
+                rows.append(row("5", f"{where}: saved index", saved, "-"))
+                for how, source in (
+                    ("a list of URLs", urls),
+                    ("a glob", f"s3://{BUCKET}/l/*.parquet"),
+                    ("a prefix", f"s3://{BUCKET}/l/"),
+                ):
+                    got = first(source, opts)["seconds"]
+                    rows.append(
+                        row(
+                            "5",
+                            f"{where}: {how}",
+                            got,
+                            f"<= {2 * saved:.3f} s (2x)",
+                            ratio=got / saved,
+                        )
+                    )
+        if "planner" in only:
+            base = [
+                sys.executable,
+                str(REPO / "scripts" / "plan_shards.py"),
+                "--simulate-shards",
+                str(args.shards),
+                "--world-size",
+                str(args.world_size),
+                "--json",
+            ]
+            for what, extra in (("every rank", []), ("one rank (--rank 0)", ["--rank", "0"])):
+                t0 = time.perf_counter()
+                subprocess.run(base + extra, check=True, capture_output=True, env=env())
+                got = time.perf_counter() - t0
+                rows.append(
+                    row(
+                        "6",
+                        f"shardstream-plan {args.shards:,} x {args.world_size:,}, {what}",
+                        got,
+                        "<= 2 s",
+                    )
+                )
+    return rows
+
+
+def print_table(rows: list[dict[str, Any]]) -> None:
+    print("| # | measured | value | goal |")
+    print("|---|---|---:|---|")
+    for r in rows:
+        value = f"{r['value']:.3f} s" if r["unit"] == "s" else f"{r['value']:.0f} MB"
+        if "ratio" in r:
+            value += f" ({r['ratio']:.2f}x)"
+        if "mb" in r:
+            value += f", +{r['mb']:.0f} MB"
+        print(f"| {r['item']} | {r['what'].strip()} | {value} | {r['goal']} |")
+
+
+def main() -> None:
+    p = argparse.ArgumentParser(description=__doc__.split("\n")[0] if __doc__ else None)
+    p.add_argument("--shards", type=int, default=1_000_000)
+    p.add_argument("--world-size", type=int, default=4096)
+    p.add_argument("--ranks", type=int, default=4)
+    p.add_argument("--latency-ms", type=float, default=30.0)
+    p.add_argument("--only", help=f"comma-separated sections of {','.join(SECTIONS)}")
+    p.add_argument("--json", action="store_true")
+    p.add_argument("--rank-job", help=argparse.SUPPRESS)
+    args = p.parse_args()
+    if args.rank_job:
+        rank_job(args.rank_job)
+        return
+    rows = run(args)
+    if args.json:
+        print(json.dumps({"rows": rows, "shards": args.shards, "world_size": args.world_size}))
+    else:
+        print_table(rows)
+
+
+if __name__ == "__main__":
+    main()
