@@ -34,7 +34,7 @@ _TEXT = "schema_text"  # a scanned Parquet shard's schema, base64 (loader.format
 
 
 def scanned_rows(
-    scanned: Sequence[dict[str, Any] | None], positions: Sequence[int] | None = None
+    scanned: Sequence[dict[str, Any] | None], positions: Sequence[int] | np.ndarray | None = None
 ) -> pa.Table:
     """The scanned shards (entries not None) as a table: `position` (in the listing:
     `positions[k]` for entry k, else k), `records`, `schema_text` and the layout columns."""

@@ -19,6 +19,7 @@ from concurrent.futures import ThreadPoolExecutor
 from typing import Any
 
 import numpy as np
+import numpy.typing as npt
 import pyarrow as pa
 import pyarrow.compute as pc
 from braceexpand import braceexpand
@@ -70,7 +71,7 @@ def expand_braces(source: str | Sequence[str]) -> str | Sequence[str]:
 REQUEST_BYTES = 1 << 20  # a request costs about what reading this many bytes costs
 
 
-def shares(listing: Listing, parts: int) -> list[list[int]]:
+def shares(listing: Listing, parts: int) -> list[npt.NDArray[np.int64]]:
     """The listing cut into `parts` contiguous runs of shards of about equal scanning cost:
     a request per shard, plus the bytes a scan reads (a tar's whole size, a sidecar's
     size; nothing for a deferred shard) at REQUEST_BYTES per request. Shard i goes to the
@@ -91,7 +92,7 @@ def shares(listing: Listing, parts: int) -> list[list[int]]:
     # (n,) the part of each shard: where the midpoint of its cost falls
     middle = np.cumsum(cost) - cost / 2
     part = np.minimum((middle * parts / max(total, 1e-12)).astype(np.int64), parts - 1)
-    return [np.flatnonzero(part == k).tolist() for k in range(parts)]
+    return [np.flatnonzero(part == k) for k in range(parts)]
 
 
 def _list_dir(

@@ -25,6 +25,9 @@ from concurrent.futures import FIRST_COMPLETED, ProcessPoolExecutor, wait
 from dataclasses import dataclass
 from typing import Any
 
+import numpy as np
+import numpy.typing as npt
+import torch
 import torch.distributed as dist
 
 from .assemble import assemble_rows, from_ipc, scanned_rows, to_ipc
@@ -37,6 +40,9 @@ from .storage import filesystem
 __all__ = ["build_distributed", "build_parallel", "shared_index"]
 
 log = logging.getLogger(__name__)
+
+# seconds of each step of this process's last build_distributed (for benchmarks)
+LAST_BUILD: dict[str, float] = {}
 
 _KNOWN = {
     c.__name__: c
@@ -74,7 +80,7 @@ class _Failure:
 
 def _scan_part(
     listing: Listing,
-    positions: Sequence[int],
+    positions: Sequence[int] | npt.NDArray[np.int64],
     storage_options: dict[str, Any] | None,
     retry: RetryPolicy,
     where: str,
@@ -112,21 +118,14 @@ def build_distributed(
     retry = retry or RetryPolicy()
     rank, world = dist.get_rank(), dist.get_world_size()
     t0 = time.perf_counter()
-    box: list[Any] = [None]
-    if rank == 0:
-        try:
-            box[0] = discover(source, storage_options, retry)
-        except Exception as e:
-            box[0] = _Failure.of(e, "on rank 0, listing the source")
-    else:
-        _connect(source, storage_options)  # while rank 0 lists
-    dist.broadcast_object_list(box, src=0)
-    if isinstance(box[0], _Failure):
-        raise box[0].error()
-    listing: Listing = box[0]
+    listing, listed = _broadcast_listing(rank, source, storage_options, retry)
     t1 = time.perf_counter()
     positions = shares(listing, world)
-    mine = positions[rank]
+    # a deferred shard (a manifest's count) is not read: no rank scans it
+    scanned = ~listing.defer
+    if listing.schema_shard is not None:
+        scanned[listing.schema_shard] = True
+    mine = positions[rank][scanned[positions[rank]]]
     part = _scan_part(listing, mine, storage_options, retry, f"on rank {rank}")
     t2 = time.perf_counter()
     gathered: list[Any] = [None] * world
@@ -136,20 +135,62 @@ def build_distributed(
         raise failed[0].error()
     t3 = time.perf_counter()
     index = _index(listing, gathered, storage_options)
+    LAST_BUILD.clear()
+    LAST_BUILD.update(
+        listing=listed,
+        broadcast=t1 - t0 - listed,
+        scanning=t2 - t1,
+        gathering=t3 - t2,
+        assembling=time.perf_counter() - t3,
+        total=time.perf_counter() - t0,
+    )
     log.info(
-        "rank %d of %d: %d shards indexed in %.2fs (listing and broadcast %.2fs, scanning "
-        "%d shards %.2fs, gathering %.2fs, assembling %.2fs)",
+        "rank %d of %d: %d shards indexed in %.2fs (listing on rank 0 %.2fs, broadcast "
+        "%.2fs, scanning %d shards %.2fs, gathering %.2fs, assembling %.2fs)",
         rank,
         world,
         len(listing),
-        time.perf_counter() - t0,
-        t1 - t0,
+        LAST_BUILD["total"],
+        listed,
+        LAST_BUILD["broadcast"],
         len(mine),
         t2 - t1,
         t3 - t2,
-        time.perf_counter() - t3,
+        LAST_BUILD["assembling"],
     )
     return index
+
+
+def _broadcast_listing(
+    rank: int,
+    source: str | Sequence[str],
+    storage_options: dict[str, Any] | None,
+    retry: RetryPolicy,
+) -> tuple[Listing, float]:
+    """(rank 0's listing, the seconds rank 0 took to list) on every rank: its size (or
+    its failure) as an object, then its Arrow bytes as one tensor (a million shards are
+    ~60 MB of arrays, never pickled objects; the arrays on other ranks are views of the
+    received buffer)."""
+    box: list[Any] = [None]
+    data = None
+    if rank == 0:
+        try:
+            t0 = time.perf_counter()
+            data = discover(source, storage_options, retry).to_buffer()
+            box[0] = (data.size, time.perf_counter() - t0)
+        except Exception as e:
+            box[0] = _Failure.of(e, "on rank 0, listing the source")
+    else:
+        _connect(source, storage_options)  # while rank 0 lists
+    dist.broadcast_object_list(box, src=0)
+    if isinstance(box[0], _Failure):
+        raise box[0].error()
+    if rank == 0:
+        buffer = torch.frombuffer(bytearray(data), dtype=torch.uint8)  # type: ignore[arg-type]
+    else:
+        buffer = torch.empty(int(box[0][0]), dtype=torch.uint8)
+    dist.broadcast(buffer, src=0)
+    return Listing.from_buffer(buffer.numpy()), float(box[0][1])
 
 
 def _connect(source: str | Sequence[str], storage_options: dict[str, Any] | None) -> None:

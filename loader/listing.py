@@ -9,15 +9,17 @@ reading it (a record count, whether its reader may index it, a tar sidecar) as a
 
 from __future__ import annotations
 
+import json
 from collections.abc import Sequence
 from dataclasses import dataclass
+from typing import Any
 
 import numpy as np
 import numpy.typing as npt
 import pyarrow as pa
 
 from .storage import FileEntry
-from .table import one_array
+from .table import flags, numbers, one_array
 
 __all__ = ["Hint", "Listing"]
 
@@ -152,6 +154,48 @@ class Listing:
         where = {int(j): k for k, j in enumerate(at.tolist())}
         out.sidecars = {where[i]: s for i, s in self.sidecars.items() if i in where}
         out.schema_shard = where.get(self.schema_shard) if self.schema_shard is not None else None
+        return out
+
+    def to_buffer(self) -> pa.Buffer:
+        """The listing as one Arrow IPC stream (its columns, the rest in the schema's
+        metadata): what rank 0 broadcasts, a few bytes a shard."""
+        meta = {
+            "format": self.format,
+            "schema_shard": self.schema_shard,
+            "sidecars": [
+                [i, e.url, e.size, e.version, e.relpath] for i, e in self.sidecars.items()
+            ],
+        }
+        table = pa.table(
+            {
+                "url": self.urls,
+                "size": self.sizes,
+                "version": self.versions,
+                "relpath": self.relpaths,
+                "records": self.records,
+                "defer": self.defer,
+                "origin": self.origins,
+            }
+        ).replace_schema_metadata({b"listing": json.dumps(meta).encode()})
+        sink = pa.BufferOutputStream()
+        with pa.ipc.new_stream(sink, table.schema) as writer:
+            writer.write_table(table)
+        return sink.getvalue()
+
+    @classmethod
+    def from_buffer(cls, data: Any) -> Listing:
+        """The listing `to_buffer` wrote (`data`: bytes or any buffer; its arrays are views
+        of it)."""
+        table = pa.ipc.open_stream(pa.py_buffer(data)).read_all()
+        meta = json.loads(table.schema.metadata[b"listing"])
+        out = cls(meta["format"])
+        out.urls, out.versions = one_array(table["url"]), one_array(table["version"])
+        out.relpaths, out.origins = one_array(table["relpath"]), one_array(table["origin"])
+        out.sizes = np.asarray(numbers(table["size"]), dtype=np.int64)
+        out.records = np.asarray(numbers(table["records"]), dtype=np.int64)
+        out.defer = flags(table["defer"])
+        out.sidecars = {int(i): FileEntry(u, int(n), v, r) for i, u, n, v, r in meta["sidecars"]}
+        out.schema_shard = meta["schema_shard"]
         return out
 
     def __eq__(self, other: object) -> bool:

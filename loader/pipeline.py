@@ -31,6 +31,7 @@ own order.
 
 from __future__ import annotations
 
+import collections
 import functools
 import itertools
 import threading
@@ -286,6 +287,10 @@ class _Reading:
         # only finds the row groups; the decode reads the file) and plans, as a thread
         # of its own would take the GIL from it for as long (measured: -0.1 us a record)
         self.inline = local and not threads
+        # inline: groups started but not fetched yet, in reading order; each is fetched
+        # when the consumer reaches it (a tar group's fetch reads its bytes: fetching the
+        # whole budget first would make the first record wait for all of them)
+        self.unread: collections.deque[_Group] = collections.deque()
         if reader.prefetch is not None:
             self.budget = self._prefetch_budget(reader.prefetch)
 
@@ -341,7 +346,7 @@ class _Reading:
             self.ahead.started(started)
             for entry in started:
                 if self.inline:
-                    self.reader.fetch(self.fs, entry)
+                    self.unread.append(entry)
                 else:
                     self.pool.submit(self.reader.fetch, self.fs, entry)
 
@@ -380,6 +385,8 @@ class _Reading:
         if key not in self.groups:
             self.pump(need=key)
         entry = self.groups[key]
+        while self.unread and not entry.claimed:  # inline: fetch in reading order, up to it
+            self.reader.fetch(self.fs, self.unread.popleft())
         if not entry.needed:
             self.ahead.need(entry)
         if not entry.future.done():
@@ -458,6 +465,10 @@ class _Reading:
         entry = self.groups.pop(key, None)
         if entry is None:
             return
+        if self.inline and entry in self.unread:  # never fetched: nothing to wait for
+            self.unread.remove(entry)
+            entry.claimed = True
+            _finish(entry, None)
         self.ahead.need(entry, drop=True)
         entry.future.add_done_callback(functools.partial(self._settle, entry))
 

@@ -275,9 +275,11 @@ class ShardGroups(Sequence[list[int]]):
     pieces by), computed by `groups_of` when a plan first asks for a shard: a rank of a
     million-shard job touches its own few hundred, never all."""
 
+    KEPT = 1 << 16  # shards whose groups are kept (epochs reshuffle: a rank meets them all)
+
     def __init__(self, shards: ShardList, groups_of: Callable[[Shard], list[int]]) -> None:
         self.shards, self.groups_of = shards, groups_of
-        self._memo: dict[int, list[int]] = {}
+        self._memo: OrderedDict[int, list[int]] = OrderedDict()
 
     def __len__(self) -> int:
         return len(self.shards)
@@ -286,7 +288,9 @@ class ShardGroups(Sequence[list[int]]):
         got = self._memo.get(s)
         if got is None:
             got = self._memo[s] = self.groups_of(self.shards[s])
+            while len(self._memo) > self.KEPT:
+                self._memo.popitem(last=False)
         return got
 
     def __getstate__(self) -> dict[str, Any]:
-        return {**self.__dict__, "_memo": {}}
+        return {**self.__dict__, "_memo": OrderedDict()}

@@ -487,7 +487,7 @@ RUNS: dict[str, tuple[str, str, Callable[[Path, str | None], Iterator[int]]]] = 
     "ours tar s3 w0, saved index": (
         "webdataset tar s3",
         "s3",
-        lambda d, e, o: ours("s3://bench/tar.index.json", False, 0, e),
+        lambda d, e, o: ours("s3://bench/tar.index.arrow", False, 0, e),
     ),
     "webdataset tar s3": ("", "s3", lambda d, e, o: peer_webdataset_s3(d, str(e))),
     "webdataset tar": ("raw tar read", "peers", lambda d, e, o: peer_webdataset(d)),
@@ -624,7 +624,7 @@ def run_isolated(
 
 def _tar_indexes(fs: Any, url: str, tars: list[Path]) -> None:
     """The tars under bench/tar/ (public-read: webdataset fetches them over plain HTTP),
-    DALI .idx sidecars beside them and their saved index at bench/tar.index.json."""
+    DALI .idx sidecars beside them and their saved index at bench/tar.index.arrow."""
     from loader import ShardIndex
     from loader.formats.tar_index import write_sidecars
 
@@ -633,7 +633,7 @@ def _tar_indexes(fs: Any, url: str, tars: list[Path]) -> None:
         fs.chmod(f"bench/tar/{p.name}", acl="public-read")
     options = {"client_kwargs": {"endpoint_url": url}}
     index = ShardIndex.build([f"s3://bench/tar/{p.name}" for p in tars], options)
-    index.save("s3://bench/tar.index.json", options)
+    index.save("s3://bench/tar.index.arrow", options)
     write_sidecars(index.shards, options)
 
 
@@ -641,7 +641,7 @@ def _tar_indexes(fs: Any, url: str, tars: list[Path]) -> None:
 def moto_server(paths: list[Path], tars: list[Path] | None = None) -> Iterator[str]:
     """A moto S3 server holding the Parquet `paths` under bench/parquet/ and the `tars`
     under bench/tar/, with DALI .idx sidecars beside them and their saved index at
-    bench/tar.index.json (written before any measurement)."""
+    bench/tar.index.arrow (written before any measurement)."""
     exe = shutil.which("moto_server", path=str(Path(sys.executable).parent))
     if exe is None:
         raise SystemExit("--s3 needs moto_server: pip install 'moto[server]'")
@@ -844,7 +844,7 @@ def shaped(
     rows: list[dict[str, Any]] = []
     with moto_server(parquet, tars) as upstream, counting_proxy(upstream, shaping=shaping) as proxy:
         index, ranges = our_ranges(upstream, COLUMNS)  # built unshaped: not timed
-        index_path, ranges_path = tmp / "index.json", tmp / "ranges.json"
+        index_path, ranges_path = tmp / "train.index.arrow", tmp / "ranges.json"
         index.save(str(index_path))
         ranges_path.write_text(json.dumps(ranges))
         n = args.s3_concurrency

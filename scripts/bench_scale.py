@@ -62,7 +62,8 @@ _PRELUDE = (
     "import shardstream\n"
     "from loader.index import ShardIndex\n"
     "def peak(): return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024\n"
-    "p0 = peak(); t0 = time.perf_counter()\n"
+    "def rss(): return int(open('/proc/self/statm').read().split()[1]) * 4096 / 2**20\n"
+    "p0 = rss(); t0 = time.perf_counter()\n"
 )
 
 
@@ -141,12 +142,12 @@ def rank_job(manifest: str) -> None:
 
     import torch.distributed as dist
 
-    from loader.distributed_index import shared_index
+    from loader.distributed_index import LAST_BUILD, shared_index
     from loader.retry import RetryPolicy
 
     dist.init_process_group("gloo")
     dist.barrier()
-    p0 = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
+    p0 = int(Path("/proc/self/statm").read_text().split()[1]) * 4096 / 2**20  # RSS now, MB
     t0 = time.perf_counter()
     index = shared_index(manifest, None, RetryPolicy())
     mine = time.perf_counter() - t0
@@ -154,7 +155,7 @@ def rank_job(manifest: str) -> None:
     dist.barrier()
     total = time.perf_counter() - t0
     got: list[Any] = [None] * dist.get_world_size()
-    dist.all_gather_object(got, {"seconds": mine, "mb": mb})
+    dist.all_gather_object(got, {"seconds": mine, "mb": mb, **LAST_BUILD})
     if dist.get_rank() == 0:
         out = {
             "seconds": total,

@@ -174,3 +174,23 @@ def test_listing_a_manifest_is_columns(tmp_path: Path) -> None:
     assert listing.records.tolist() == [3, -1]
     assert listing.defer.tolist() == [True, False]
     assert listing.versions.to_pylist() == [None, "e1"]
+
+
+def test_tar_read_groups_close_where_the_record_by_record_rule_closes() -> None:
+    """Members.groups (one search a group) against the rule it implements: a group closes
+    at the first record that brings its member data to the limit."""
+    rng = np.random.default_rng(1)
+    for _ in range(300):
+        records = [
+            [["x", 0, int(size)] for size in rng.integers(0, 400, int(rng.integers(1, 4)))]
+            for _ in range(int(rng.integers(1, 60)))
+        ]
+        limit = int(rng.integers(1, 900))
+        want, rows, held = [], 0, 0
+        for record in records:
+            rows, held = rows + 1, held + sum(m[2] for m in record)
+            if held >= limit:
+                want.append(rows)
+                rows = held = 0
+        want += [rows] if rows else []
+        assert Members.of_lists(records).groups(limit) == want

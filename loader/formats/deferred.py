@@ -19,6 +19,7 @@ from typing import Any
 from ..errors import StaleSidecarError
 from ..shard import Shard
 from ..storage import FileEntry, redact
+from .tar_members import members_of
 
 __all__ = ["complete", "estimated_bytes", "is_deferred"]
 
@@ -75,4 +76,6 @@ def _scan(fmt: Any, fs: Any, shard: Shard) -> dict[str, Any]:
             "it (and the index made from it) or remove it"
         )
     details: dict[str, Any] = got["details"]
+    if "members" in details:  # a tar's member table as arrays, once, not on every read
+        members_of(details)
     return details

@@ -261,17 +261,7 @@ class TarFormat:
         n = shard.num_records
         if shard.details.get("compression") is not None or n == 0 or is_deferred(shard):
             return [n] if n else []
-        out: list[int] = []
-        rows = size = 0
-        for got in members_of(shard.details).record_bytes().tolist():
-            rows += 1
-            size += got
-            if size >= GROUP_BYTES:
-                out.append(rows)
-                rows = size = 0
-        if rows:
-            out.append(rows)
-        return out
+        return members_of(shard.details).groups(GROUP_BYTES)
 
     def estimate(self, shard: Shard, start: int, stop: int, columns: Sequence[str] | None) -> int:
         """Bytes the samples of records [start, stop) hold: their members' data (the asked

@@ -36,7 +36,8 @@ def _ints(arr: pa.Array) -> I64:
 
 def _offsets(arr: pa.ListArray) -> I64:
     """(n+1,) where each list of a list array begins in its values, from 0."""
-    got = _ints(arr.offsets.cast(pa.int64()))
+    offsets = arr.offsets  # int32, this array's own (its slice's) n+1 entries
+    got = np.frombuffer(offsets.buffers()[1], np.int32, len(offsets), offsets.offset * 4)
     return np.asarray(got - got[0], dtype=np.int64)
 
 
@@ -144,6 +145,21 @@ class Members(Sequence[list[list[Any]]]):
         """(first data byte, one past the last) of records [start, stop)'s members."""
         a, b = int(self.first[start]), int(self.first[stop])
         return int(self.offset[a]), int((self.offset[a:b] + self.size[a:b]).max())
+
+    def groups(self, limit: int) -> list[int]:
+        """Records of each run of consecutive records holding `limit` bytes of member
+        data or more (the last run: what is left), from the first: a run closes at the
+        first record that brings it to `limit`. One search a run, not a step a record."""
+        ends = np.cumsum(self.record_bytes())  # ends[i]: data of records 0..i
+        n, out, start, base = len(ends), [], 0, 0
+        while start < n:
+            i = int(np.searchsorted(ends, base + limit, side="left"))
+            if i >= n:
+                out.append(n - start)
+                break
+            out.append(i + 1 - start)
+            start, base = i + 1, int(ends[i])
+        return out
 
     def record_bytes(self) -> I64:
         """(R,) each record's member data, in bytes."""
