@@ -20,6 +20,7 @@ from __future__ import annotations
 import logging
 import multiprocessing
 import time
+import warnings
 from collections.abc import Callable, Sequence
 from concurrent.futures import FIRST_COMPLETED, ProcessPoolExecutor, wait
 from dataclasses import dataclass
@@ -186,7 +187,9 @@ def _broadcast_listing(
     if isinstance(box[0], _Failure):
         raise box[0].error()
     if rank == 0:
-        buffer = torch.frombuffer(bytearray(data), dtype=torch.uint8)  # type: ignore[arg-type]
+        with warnings.catch_warnings():  # read-only, and only read: the source of the send
+            warnings.simplefilter("ignore", UserWarning)
+            buffer = torch.frombuffer(data, dtype=torch.uint8)
     else:
         buffer = torch.empty(int(box[0][0]), dtype=torch.uint8)
     dist.broadcast(buffer, src=0)
