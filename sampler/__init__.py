@@ -1,13 +1,36 @@
-"""Pure planning: which records each rank and worker reads, in which order. No I/O."""
+"""Pure planning: which records each rank and worker reads, in which order. No I/O.
 
-from .distributed import DistributedSampler
+The planning functions are numpy only; the samplers (torch's `Sampler` subclasses) are
+imported when first used (PEP 562), so planning alone never imports torch.
+"""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING
+
+from .lazy import lazy_names
 from .mixing import distinct_per_batch
-from .mixture import MixturePart, MixtureSampler, PassPiece, stream_seed
 from .plan import Chunk, Plan, all_plans, build_plan
-from .shard_sampler import DEFAULT_WINDOW, HasShardSizes, ShardSampler
-from .topology import Topology
+
+if TYPE_CHECKING:
+    from .distributed import DistributedSampler
+    from .mixture import MixturePart, MixtureSampler, PassPiece, stream_seed
+    from .shard_sampler import DEFAULT_WINDOW, HasShardSizes, ShardSampler
+    from .topology import Topology
 
 __shardstream__ = True  # the shardstream package checks that `sampler` is this one
+
+_WHERE = {
+    "DEFAULT_WINDOW": ".shard_sampler",
+    "DistributedSampler": ".distributed",
+    "HasShardSizes": ".shard_sampler",
+    "MixturePart": ".mixture",
+    "MixtureSampler": ".mixture",
+    "PassPiece": ".mixture",
+    "ShardSampler": ".shard_sampler",
+    "Topology": ".topology",
+    "stream_seed": ".mixture",
+}
 
 __all__ = [
     "DEFAULT_WINDOW",
@@ -25,3 +48,6 @@ __all__ = [
     "distinct_per_batch",
     "stream_seed",
 ]
+
+
+__getattr__, __dir__ = lazy_names(__name__, _WHERE, globals())

@@ -28,6 +28,7 @@ I64Array = npt.NDArray[np.int64]
 U64Array = npt.NDArray[np.uint64]
 
 TAG_MIX = 3
+DEFAULT_WINDOW = 8  # pieces interleaved per block; see the README for the mixing it gives
 TAG_GROUPS = 4  # the order of a piece's groups
 TAG_GROUP = 5  # the order inside one group
 

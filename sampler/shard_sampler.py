@@ -11,12 +11,10 @@ from torch.utils.data import Sampler
 
 from .checks import IntLike, as_int
 from .epoch import rank_length, worker_span
-from .plan import Groups, Plan, all_plans, build_plan
+from .plan import DEFAULT_WINDOW, Groups, Plan, all_plans, build_plan
 from .topology import Topology
 
 __all__ = ["DEFAULT_WINDOW", "HasShardSizes", "ShardSampler"]
-
-DEFAULT_WINDOW = 8  # pieces interleaved per block; see the README for the mixing it gives
 
 
 @runtime_checkable

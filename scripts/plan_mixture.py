@@ -11,13 +11,14 @@ from __future__ import annotations
 import argparse
 import math
 from dataclasses import dataclass
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
 from tqdm import tqdm
 
-from loader import ShardIndex
-from sampler import MixtureSampler
+if TYPE_CHECKING:  # torch is imported only when a mixture is planned
+    from loader.index import ShardIndex
+    from sampler.mixture import MixtureSampler
 
 __all__ = ["StreamArg", "mixture_doc", "parse_stream"]
 
@@ -83,6 +84,8 @@ def mixture_doc(
     streams: list[StreamArg] = args.stream
     sizes = [_sizes(a, i) for a, i in zip(streams, indexes)]
     weights = [a.weight if a.weight is not None else int(s.sum()) for a, s in zip(streams, sizes)]
+
+    from sampler.mixture import MixtureSampler
 
     def sampler(rank: int) -> MixtureSampler:
         m = MixtureSampler(

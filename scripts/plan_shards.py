@@ -25,23 +25,44 @@ import json
 import sys
 import textwrap
 from dataclasses import dataclass
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
 from tqdm import tqdm
 
-from loader import ShardError, ShardIndex
-from sampler import ShardSampler, distinct_per_batch
+from loader.errors import ShardError
 from sampler.epoch import epoch_line, rank_length
+from sampler.mixing import distinct_per_batch
+from sampler.plan import DEFAULT_WINDOW, all_plans, build_plan
 
+# torch-free imports only: a simulated plan never imports torch (2.5 s of the command
+# otherwise); indexing a SOURCE imports the loader (and torch) when it is asked for
 try:  # run as scripts/plan_shards.py, or installed as shardstream_scripts.plan_shards
-    from plan_index import build_index, save_sidecars
     from plan_mixture import StreamArg, mixture_doc, parse_stream
     from plan_plot import plot
 except ImportError:
-    from shardstream_scripts.plan_index import build_index, save_sidecars
     from shardstream_scripts.plan_mixture import StreamArg, mixture_doc, parse_stream
     from shardstream_scripts.plan_plot import plot
+
+if TYPE_CHECKING:
+    from loader.index import ShardIndex
+
+
+def build_index(*args: Any, **kwargs: Any) -> ShardIndex:
+    try:
+        from plan_index import build_index as build
+    except ImportError:
+        from shardstream_scripts.plan_index import build_index as build
+    return build(*args, **kwargs)
+
+
+def save_sidecars(*args: Any, **kwargs: Any) -> int:
+    try:
+        from plan_index import save_sidecars as save
+    except ImportError:
+        from shardstream_scripts.plan_index import save_sidecars as save
+    return save(*args, **kwargs)
+
 
 MIXING_RANKS = 4  # ranks sampled for the mixing metric
 MIXING_RECORDS = 1 << 16  # records of each sampled rank it looks at
@@ -165,15 +186,11 @@ def _sizes(args: argparse.Namespace, index: ShardIndex | None) -> Any:
 
 def plan_rows(args: argparse.Namespace, index: ShardIndex | None) -> tuple[list[RankRow], float]:
     sizes = _sizes(args, index)
-    sampler = ShardSampler(
-        sizes, args.world_size, 0, not args.no_shuffle, args.seed, args.drop_last
-    )
-    sampler.set_epoch(args.epoch)
     rows = [RankRow(r, 0, 0, 0 if index is not None else None) for r in range(args.world_size)]
     touched: list[set[int]] = [set() for _ in range(args.world_size)]
     sampled = set(np.linspace(0, args.world_size - 1, MIXING_RANKS).astype(int).tolist())
     mixing = []
-    plans = sampler.all_plans(args.workers)
+    plans = all_plans(sizes, num_workers=args.workers, **_settings(args))
     total = args.world_size * args.workers
     for rank, worker, plan in tqdm(plans, total=total, desc="planning", disable=args.json):
         row = rows[rank]
@@ -299,20 +316,27 @@ def _line(args: argparse.Namespace, index: ShardIndex | None) -> tuple[np.ndarra
     return line.ends, rank_length(line.num_records, args.world_size, args.drop_last)
 
 
+def _settings(args: argparse.Namespace) -> dict[str, Any]:
+    """The planning arguments of every rank, as ShardSampler passes them (no groups: the
+    records and shards a rank reads do not depend on them)."""
+    return {
+        "seed": args.seed,
+        "epoch": args.epoch,
+        "shuffle": not args.no_shuffle,
+        "drop_last": args.drop_last,
+        "num_replicas": args.world_size,
+        "window": DEFAULT_WINDOW if not args.no_shuffle else 1,
+    }
+
+
 def rank_doc(args: argparse.Namespace, index: ShardIndex | None) -> dict[str, Any]:
     """One rank's plan (each worker's pieces), the other ranks' never computed."""
-    sampler = ShardSampler(
-        _sizes(args, index),
-        args.world_size,
-        args.rank,
-        not args.no_shuffle,
-        args.seed,
-        args.drop_last,
-    )
-    sampler.set_epoch(args.epoch)
+    sizes = _sizes(args, index)
     workers = []
     for w in range(args.workers):
-        plan = sampler.plan(w, args.workers)
+        plan = build_plan(
+            sizes, rank=args.rank, worker=w, num_workers=args.workers, **_settings(args)
+        )
         pieces = [
             {
                 "shard": int(s),
@@ -325,7 +349,7 @@ def rank_doc(args: argparse.Namespace, index: ShardIndex | None) -> dict[str, An
         ]
         workers.append({"worker": w, "records": len(plan), "pieces": pieces})
     return {
-        "num_shards": len(sampler.sizes),
+        "num_shards": len(sizes),
         "world_size": args.world_size,
         "rank": args.rank,
         "seed": args.seed,

@@ -196,3 +196,18 @@ def test_mixture_argument_errors(argv: list[str], message: str) -> None:
     cmd = [sys.executable, str(REPO / "scripts" / "plan_shards.py"), *argv]
     proc = subprocess.run(cmd, capture_output=True, text=True)
     assert proc.returncode == 2 and message in proc.stderr and "Traceback" not in proc.stderr
+
+
+def test_a_simulated_plan_never_imports_torch() -> None:
+    """Planning is numpy only: a simulated plan of 1,000,000 shards over 4,096 ranks runs
+    without importing torch (whose import is most of a second or more)."""
+    code = (
+        "import sys; from shardstream_scripts.plan_shards import main; "
+        "rc = main(['--simulate-shards', '1000000', '--world-size', '4096', '--rank', '7', "
+        "'--json']); assert rc == 0; print('torch' in sys.modules)"
+    )
+    proc = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True)
+    assert proc.returncode == 0, proc.stderr
+    doc, imported = proc.stdout.strip().splitlines()
+    assert json.loads(doc)["records"] == 10**9 // 4096 + 1
+    assert imported == "False"
