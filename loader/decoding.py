@@ -95,8 +95,8 @@ class _Ahead:
 
     def claim(self, entry: _Group) -> list[_Group]:
         """The groups a fetch of `entry` reads: none if an earlier fetch took it along;
-        else it and (off local disk) the next groups of its shard not being fetched yet,
-        up to FETCH_BYTES stored."""
+        else it and (off local disk, after the reading's first group) the next groups of
+        its shard not being fetched yet, up to FETCH_BYTES stored."""
         with self._lock:
             if entry.claimed:
                 return []
@@ -105,7 +105,9 @@ class _Ahead:
             for other in [entry, *(q for q in queue if q is not entry)]:
                 if other.claimed or (other is not entry and other.dropped):
                     continue
-                if other is not entry and (not self.merge or size + other.stored > FETCH_BYTES):
+                # the first group read goes alone: the first record waits for its bytes only
+                alone = not self.merge or entry.order == 1
+                if other is not entry and (alone or size + other.stored > FETCH_BYTES):
                     break
                 other.claimed = True
                 together.append(other)

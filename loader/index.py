@@ -316,6 +316,7 @@ class ShardIndex:
                 self._format,
                 [schema_to_b64(s) for s in self.schemas],
                 None if self.partitioning is None else schema_to_b64(self.partitioning),
+                compress=not is_local(fs),
             )
 
     @classmethod

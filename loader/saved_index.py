@@ -4,7 +4,8 @@ The file's schema metadata holds the format version, the shard format, the Parqu
 schemas and the Hive partitioning; its one record batch is the table. A local file is
 memory-mapped: loading reads the footer, and a column's pages (a tar shard's member table)
 are read from disk when a reader first touches them, so a saved index of 480,000 tar
-members costs little memory until its shards are read. JSON indexes (version 2) still load
+members costs little memory until its shards are read. One saved to remote storage (S3,
+HTTP) is zstd-compressed: it is read whole, and compression makes that read 3-5x smaller. JSON indexes (version 2) still load
 (loader.index).
 """
 
@@ -24,9 +25,16 @@ ARROW_MAGIC = b"ARROW1"
 
 
 def write_table(
-    f: Any, table: pa.Table, format: str | None, schemas: list[str], partitioning: str | None
+    f: Any,
+    table: pa.Table,
+    format: str | None,
+    schemas: list[str],
+    partitioning: str | None,
+    compress: bool = False,
 ) -> None:
-    """Write `table` to the binary file `f`, its metadata beside it (schemas as base64)."""
+    """Write `table` to the binary file `f`, its metadata beside it (schemas as base64).
+    `compress`: zstd-compressed buffers, for an index read whole over the network (a
+    local one stays uncompressed, to be memory-mapped)."""
     meta = {
         b"shardstream": json.dumps(
             {
@@ -38,7 +46,8 @@ def write_table(
         ).encode()
     }
     table = table.replace_schema_metadata(meta)
-    with pa.ipc.new_file(f, table.schema) as writer:
+    options = pa.ipc.IpcWriteOptions(compression="zstd" if compress else None)
+    with pa.ipc.new_file(f, table.schema, options=options) as writer:
         writer.write_table(table, max_chunksize=max(1, table.num_rows))
 
 
