@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import importlib
 import itertools
 from collections.abc import Iterable, Iterator, Mapping, Sequence
 from typing import Any, ClassVar, TypeVar
@@ -124,15 +125,16 @@ class StreamingDataset(IterableDataset[Any]):
     """
 
     # The class a list of `loader.Stream` makes: loader.mixture.MixtureDataset, which
-    # builds on this one and registers itself here when imported (loader's __init__ imports
-    # it), so that the imports point one way: mixture -> dataset.
+    # builds on this one and registers itself here when imported (imported here when first
+    # needed), so that the module imports point one way: mixture -> dataset.
     mixture_class: ClassVar[type[StreamingDataset] | None] = None
 
     def __new__(cls, source: Any = None, *args: Any, **kwargs: Any) -> StreamingDataset:
         """A list of `loader.Stream` makes a mixture (loader.mixture.MixtureDataset)."""
         if cls is StreamingDataset and is_mixture(source):
-            if StreamingDataset.mixture_class is None:  # loader.mixture not imported yet
-                raise RuntimeError("loader.mixture is not imported: import loader first")
+            if StreamingDataset.mixture_class is None:
+                importlib.import_module(".mixture", __package__)  # it registers itself
+            assert StreamingDataset.mixture_class is not None
             return super().__new__(StreamingDataset.mixture_class)
         return super().__new__(cls)
 

@@ -5,8 +5,8 @@ schemas and the Hive partitioning; its one record batch is the table. A local fi
 memory-mapped: loading reads the footer, and a column's pages (a tar shard's member table)
 are read from disk when a reader first touches them, so a saved index of 480,000 tar
 members costs little memory until its shards are read. One saved to remote storage (S3,
-HTTP) is zstd-compressed: it is read whole, and compression makes that read 3-5x smaller. JSON indexes (version 2) still load
-(loader.index).
+HTTP) is zstd-compressed: it is read whole, and compression makes that read 3-5x smaller.
+JSON indexes (version 2) still load (loader.index).
 """
 
 from __future__ import annotations

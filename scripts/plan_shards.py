@@ -33,16 +33,18 @@ from tqdm import tqdm
 from loader.errors import ShardError
 from sampler.epoch import epoch_line, rank_length
 from sampler.mixing import distinct_per_batch
-from sampler.plan import DEFAULT_WINDOW, all_plans, build_plan
+from sampler.plan import all_plans
 
 # torch-free imports only: a simulated plan never imports torch (2.5 s of the command
 # otherwise); indexing a SOURCE imports the loader (and torch) when it is asked for
 try:  # run as scripts/plan_shards.py, or installed as shardstream_scripts.plan_shards
     from plan_mixture import StreamArg, mixture_doc, parse_stream
     from plan_plot import plot
+    from plan_rank import print_rank, rank_doc, settings, sizes_of
 except ImportError:
     from shardstream_scripts.plan_mixture import StreamArg, mixture_doc, parse_stream
     from shardstream_scripts.plan_plot import plot
+    from shardstream_scripts.plan_rank import print_rank, rank_doc, settings, sizes_of
 
 if TYPE_CHECKING:
     from loader.index import ShardIndex
@@ -178,19 +180,13 @@ def load_index(args: argparse.Namespace) -> ShardIndex | None:
     return index
 
 
-def _sizes(args: argparse.Namespace, index: ShardIndex | None) -> Any:
-    if index is not None:
-        return index.shard_sizes
-    return np.full(args.simulate_shards, args.records_per_shard, dtype=np.int64)
-
-
 def plan_rows(args: argparse.Namespace, index: ShardIndex | None) -> tuple[list[RankRow], float]:
-    sizes = _sizes(args, index)
+    sizes = sizes_of(args, index)
     rows = [RankRow(r, 0, 0, 0 if index is not None else None) for r in range(args.world_size)]
     touched: list[set[int]] = [set() for _ in range(args.world_size)]
     sampled = set(np.linspace(0, args.world_size - 1, MIXING_RANKS).astype(int).tolist())
     mixing = []
-    plans = all_plans(sizes, num_workers=args.workers, **_settings(args))
+    plans = all_plans(sizes, num_workers=args.workers, **settings(args))
     total = args.world_size * args.workers
     for rank, worker, plan in tqdm(plans, total=total, desc="planning", disable=args.json):
         row = rows[rank]
@@ -311,72 +307,9 @@ def print_mixture(doc: dict[str, Any]) -> None:
 
 def _line(args: argparse.Namespace, index: ShardIndex | None) -> tuple[np.ndarray, int]:
     """The epoch line's shard ends and the records per rank, for the plot."""
-    sizes = index.shard_sizes if index is not None else _sizes(args, None)
+    sizes = index.shard_sizes if index is not None else sizes_of(args, None)
     line = epoch_line(sizes, args.seed, args.epoch, not args.no_shuffle)
     return line.ends, rank_length(line.num_records, args.world_size, args.drop_last)
-
-
-def _settings(args: argparse.Namespace) -> dict[str, Any]:
-    """The planning arguments of every rank, as ShardSampler passes them (no groups: the
-    records and shards a rank reads do not depend on them)."""
-    return {
-        "seed": args.seed,
-        "epoch": args.epoch,
-        "shuffle": not args.no_shuffle,
-        "drop_last": args.drop_last,
-        "num_replicas": args.world_size,
-        "window": DEFAULT_WINDOW if not args.no_shuffle else 1,
-    }
-
-
-def rank_doc(args: argparse.Namespace, index: ShardIndex | None) -> dict[str, Any]:
-    """One rank's plan (each worker's pieces), the other ranks' never computed."""
-    sizes = _sizes(args, index)
-    workers = []
-    for w in range(args.workers):
-        plan = build_plan(
-            sizes, rank=args.rank, worker=w, num_workers=args.workers, **_settings(args)
-        )
-        pieces = [
-            {
-                "shard": int(s),
-                "url": None if index is None else index.shards[int(s)].url,
-                "start": int(a),
-                "stop": int(b),
-                "bytes": None if index is None else index.bytes_for(int(s), int(a), int(b)),
-            }
-            for s, a, b in zip(plan.shards, plan.starts, plan.stops)
-        ]
-        workers.append({"worker": w, "records": len(plan), "pieces": pieces})
-    return {
-        "num_shards": len(sizes),
-        "world_size": args.world_size,
-        "rank": args.rank,
-        "seed": args.seed,
-        "epoch": args.epoch,
-        "records": sum(w["records"] for w in workers),
-        "workers": workers,
-    }
-
-
-def print_rank(doc: dict[str, Any]) -> None:
-    print(
-        f"rank {doc['rank']} of {doc['world_size']} over {doc['num_shards']:,} shards "
-        f"(seed {doc['seed']}, epoch {doc['epoch']}): {doc['records']:,} records"
-    )
-    for w in doc["workers"]:
-        print(f"worker {w['worker']}: {w['records']:,} records in {len(w['pieces'])} pieces")
-        print(f"{'shard':>10} {'rows':>21} {'bytes':>14}  url")
-        shown = (
-            w["pieces"] if len(w["pieces"]) <= 40 else [*w["pieces"][:20], None, *w["pieces"][-20:]]
-        )
-        for piece in shown:
-            if piece is None:
-                print(f"{'...':>10}  ({len(w['pieces']) - 40} more; --json lists all)")
-                continue
-            b = "-" if piece["bytes"] is None else f"{piece['bytes']:,}"
-            rows = f"{piece['start']:,}-{piece['stop']:,}"
-            print(f"{piece['shard']:>10,} {rows:>21} {b:>14}  {piece['url'] or '-'}")
 
 
 def main(argv: list[str] | None = None) -> int:

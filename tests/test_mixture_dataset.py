@@ -368,3 +368,25 @@ def test_streams_share_one_decoding_pool(root: Path, monkeypatch: pytest.MonkeyP
     got = ids_of(list(ds))
     assert len(got) == 120
     assert threads and len(threads) <= pipeline.decode_threads() + 1
+
+
+def test_a_list_of_streams_makes_a_mixture_in_a_fresh_interpreter(tmp_path: Path) -> None:
+    """`loader` imports its parts when first used: StreamingDataset([Stream, ...]) must
+    import the mixture itself when nothing else has (as a training script that imports
+    only these two names does)."""
+    import subprocess
+    import sys
+
+    for k in range(2):
+        pq.write_table(pa.table({"id": np.arange(k * 10, k * 10 + 10)}), tmp_path / f"{k}.parquet")
+    code = (
+        "import sys; from loader import Stream, StreamingDataset; "
+        f"ds = StreamingDataset([Stream({str(tmp_path / '0.parquet')!r}), "
+        f"Stream({str(tmp_path / '1.parquet')!r})], shuffle=False); "
+        "print(type(ds).__name__, sorted(int(r['id']) for r in ds))"
+    )
+    root = Path(__file__).resolve().parents[1]
+    proc = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, cwd=root)
+    assert proc.returncode == 0, proc.stderr
+    name, ids = proc.stdout.split(" ", 1)
+    assert name == "MixtureDataset" and ids.strip() == str(list(range(20)))
