@@ -48,6 +48,7 @@ REPO = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO))
 sys.path.insert(0, str(REPO / "scripts"))
 
+from scripts.bench_index import env  # noqa: E402  (the same child environment)
 from scripts.s3proxy import Shaping, counting_proxy  # noqa: E402
 from tests.conftest import moto_server  # noqa: E402
 
@@ -68,17 +69,6 @@ _PRELUDE = (
     "def rss(): return int(open('/proc/self/statm').read().split()[1]) * 4096 / 2**20\n"
     "p0 = rss(); t0 = time.perf_counter()\n"
 )
-
-
-def env() -> dict[str, str]:
-    return {
-        **os.environ,
-        "AWS_ACCESS_KEY_ID": "bench",
-        "AWS_SECRET_ACCESS_KEY": "bench",
-        "AWS_DEFAULT_REGION": "us-east-1",
-        "PYTHONPATH": str(REPO),
-        "OMP_NUM_THREADS": "1",
-    }
 
 
 def child(code: str, *argv: str) -> dict[str, Any]:
