@@ -19,25 +19,16 @@ import numpy.typing as npt
 import pyarrow as pa
 import pyarrow.compute as pc
 
+from ..arrays import flags, numbers
+
 __all__ = ["Keys", "Members", "members_of"]
 
 I64 = npt.NDArray[np.int64]
 
 
-def _ints(arr: pa.Array) -> I64:
-    arr = arr.cast(pa.int64()) if arr.type != pa.int64() else arr
-    if arr.null_count:
-        arr = arr.fill_null(0)
-    data = arr.buffers()[1]
-    if data is None or not len(arr):
-        return np.zeros(len(arr), dtype=np.int64)
-    return np.frombuffer(data, dtype=np.int64, count=len(arr), offset=arr.offset * 8)
-
-
 def _offsets(arr: pa.ListArray) -> I64:
     """(n+1,) where each list of a list array begins in its values, from 0."""
-    offsets = arr.offsets  # int32, this array's own (its slice's) n+1 entries
-    got = np.frombuffer(offsets.buffers()[1], np.int32, len(offsets), offsets.offset * 4)
+    got = numbers(arr.offsets)  # int32, this array's own (its slice's) n+1 entries
     return np.asarray(got - got[0], dtype=np.int64)
 
 
@@ -99,8 +90,8 @@ class Members(Sequence[list[list[Any]]]):
         return cls(
             _offsets(per_record),
             ext.values.flatten(),
-            _ints(per_record.flatten()),
-            _ints(size.values.flatten()),
+            np.asarray(numbers(per_record.flatten()), dtype=np.int64),
+            np.asarray(numbers(size.values.flatten()), dtype=np.int64),
         )
 
     def __len__(self) -> int:
@@ -173,10 +164,7 @@ class Members(Sequence[list[list[Any]]]):
         if keep is None:
             return int(sizes.sum())
         mask = pc.is_in(self.ext.slice(a, b - a), value_set=pa.array(list(keep), pa.string()))
-        picked = np.frombuffer(
-            mask.cast(pa.uint8()).fill_null(0).buffers()[1], np.uint8, count=b - a
-        )
-        return int(sizes[picked.astype(bool)].sum()) if b > a else 0
+        return int(sizes[flags(mask)].sum()) if b > a else 0
 
     def extensions(self) -> set[str]:
         return set(pc.unique(self.ext).to_pylist())
