@@ -23,6 +23,7 @@ from .formats import Format, format_for
 from .formats.tar import check_tar_columns
 from .index import ShardIndex
 from .kinds import kinds_of
+from .locality import NodeOptions
 from .options import (
     Transform,
     budget_args,
@@ -115,6 +116,13 @@ class StreamingDataset(IterableDataset[Any]):
     Resume: `state_dict`, `consumed_state`, `load_state_dict` (see loader.state), also in
     another number of ranks or workers.
 
+    Several epochs from remote storage: `cache_dir` (a local folder the ranks of a node
+    share) keeps the remote bytes read, so a later epoch reads them from disk;
+    `cache_limit` (bytes, or "50GB") bounds it, evicting by the plan's next use
+    (loader.cache). ``locality="node"`` keeps each node's records the same every epoch
+    (reshuffled inside the node), so the cache holds what the node reads next; nodes are
+    `local_world_size` consecutive ranks (default: torchrun's LOCAL_WORLD_SIZE).
+
     Integer arguments (seed, ranks, batch_size, window, read_threads, memory_budget) take
     Python ints or numpy integers, as torch does; bools, floats and other types raise
     ValueError.
@@ -161,6 +169,10 @@ class StreamingDataset(IterableDataset[Any]):
         pad: Mapping[str, Any] | None = None,
         log_every: float | None = None,
         transform: Transform | None = None,
+        cache_dir: UrlOrPath | None = None,
+        cache_limit: int | str | None = None,
+        locality: str | None = None,
+        local_world_size: IntLike | None = None,
     ) -> None:
         super().__init__()
         self._read_options(
@@ -177,6 +189,9 @@ class StreamingDataset(IterableDataset[Any]):
             transform,
         )
         topo = Topology.resolve(num_replicas, rank)
+        self.node = NodeOptions.check(
+            cache_dir, cache_limit, locality, local_world_size, topo.world_size
+        )
         self.storage_options = dict(storage_options or {})
         self.index = _shared_index(source, self.storage_options, self.retry)
         # Parquet: the asked columns as every shard gives them (errors name the shard)
@@ -193,7 +208,15 @@ class StreamingDataset(IterableDataset[Any]):
         # where each shard's read groups lie: the reading order shuffles group by group
         self.groups = ShardGroups(self.index.shards, self._format().groups)
         self.sampler = ShardSampler(
-            self.index, topo.world_size, topo.rank, shuffle, seed, drop_last, window, self.groups
+            self.index,
+            topo.world_size,
+            topo.rank,
+            shuffle,
+            seed,
+            drop_last,
+            window,
+            self.groups,
+            self.node.node_size,
         )
         self._state = EpochState()  # the epoch, shared with DataLoader workers
         self._cursor = Cursor()  # items handed out in this epoch, in this process
@@ -254,6 +277,7 @@ class StreamingDataset(IterableDataset[Any]):
             self.batch_size or 0,
             self.sampler.num_records,
             self.sampler.drop_last,
+            self.node.node_size or 0,
         )
 
     def stats(self) -> dict[str, Any]:
@@ -261,8 +285,13 @@ class StreamingDataset(IterableDataset[Any]):
         records, bytes_fetched, requests, retries, fetch_s / decode_s (seconds, summed over
         reader threads), wait_s (the reading thread waiting for a group), consumer_wait_s /
         consumer_wall_s and their ratio `stall_fraction` (None unless a consumer was timed:
-        ``ds.timed(loader)``, or iterating the dataset without workers), peak_held_bytes."""
-        return self._stats.totals()
+        ``ds.timed(loader)``, or iterating the dataset without workers), peak_held_bytes;
+        with a cache_dir, cache_hit_bytes (served from the node cache, not counted in
+        bytes_fetched) and cache_held_bytes (what the cache folder holds now, for the
+        whole node)."""
+        totals: dict[str, Any] = self._stats.totals()
+        totals["cache_held_bytes"] = self.node.held_bytes()
+        return totals
 
     def reset_stats(self) -> None:
         """Zero the counters (of this process and its workers)."""
@@ -312,6 +341,7 @@ class StreamingDataset(IterableDataset[Any]):
             "num_workers": num_workers,
             "num_replicas": self.sampler.num_replicas,
             "batch_size": self.batch_size or 0,
+            **self.node.state(),
         }
         base = self._layout(num_workers).base_of(self._resume, self.epoch)
         if base is not None:
@@ -388,6 +418,7 @@ class StreamingDataset(IterableDataset[Any]):
             prefetch=self.prefetch,
             memory_budget=self.memory_budget // max(1, workers),
             stats=stats,
+            cache=self.node.cache(self.sampler, self._name_of, worker, workers),
         )
         runs = [
             (self._plan(root, rank, worker), a, b)
@@ -420,6 +451,11 @@ class StreamingDataset(IterableDataset[Any]):
         )
         return itertools.chain.from_iterable(handed)
 
+    def _name_of(self, shard: int) -> tuple[str, str | None]:
+        """(url, version) of a shard: what its node cache blocks are named by."""
+        entry = self.index.shards[shard]
+        return entry.url, entry.version
+
     def _plan(self, root: Layout, rank: int, worker: int) -> Plan:
         """Plan `worker` of `rank` in the layout the epoch started with."""
         sampler = ShardSampler(
@@ -431,6 +467,7 @@ class StreamingDataset(IterableDataset[Any]):
             self.sampler.drop_last,
             self.sampler.window,
             self.groups,
+            root.local_world_size or None,
         )
         sampler.set_epoch(self.epoch)
         return sampler.plan(worker, max(1, root.num_workers), align=root.item)

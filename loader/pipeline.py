@@ -40,6 +40,7 @@ from typing import Any
 from fsspec.implementations.local import LocalFileSystem
 
 from .budget import DEFAULT_MEMORY_BUDGET, MemoryBudget, budget_of
+from .cache import NodeCache, reading_shard
 from .decoding import _finish, _Group, _Stopped, decode_threads, decoding_pool
 from .errors import ShardError, redact
 from .formats import Format
@@ -90,7 +91,8 @@ class PlanReader:
     `prefetch` more blocks. Counters go to `stats` (see loader.stats). `decoders`: a
     decoding pool shared with other readers (a mixture's streams: their decoding then takes
     the cores a single reader's would, not that many times over; its owner shuts it down);
-    by default each `parts` call starts its own.
+    by default each `parts` call starts its own. `cache`: the node cache remote reads go
+    through (loader.cache), if any.
     """
 
     def __init__(
@@ -106,8 +108,10 @@ class PlanReader:
         memory_budget: int | MemoryBudget | None = None,
         stats: Stats | None = None,
         decoders: ThreadPoolExecutor | None = None,
+        cache: NodeCache | None = None,
     ) -> None:
         self.index = index
+        self.cache = cache
         self.fmt = fmt
         self.columns = None if columns is None else list(columns)
         self.storage_options = dict(storage_options or {})
@@ -197,7 +201,7 @@ class PlanReader:
         try:
             shard = self.index.shards[entry.shard]
             rows = [(e.first, e.stop) for e in together]
-            with active(self.stats):
+            with active(self.stats), reading_shard(self.cache, entry.shard):
                 raws = self.fmt.fetch_many(fs, shard, rows, self.columns)
         except BaseException as e:
             # the reads queued behind this one start nothing: the error reaches the

@@ -20,8 +20,9 @@ from dataclasses import dataclass
 from typing import Any, TypeVar
 
 from .errors import ShardError
+from .cache import current_cache
 from .stats import current
-from .storage import Indexed, cat_ranges, denied, no_credentials, redact
+from .storage import Indexed, cat_ranges, denied, is_local, no_credentials, redact
 
 __all__ = [
     "RetryPolicy",
@@ -204,7 +205,32 @@ def read_ranges(
     policy's deadline has passed since the read first failed; FileNotFoundError /
     PermissionError at once. With `indexed` (each file's size and version in the index),
     a file that is no longer that version raises StaleIndexError instead of giving its new
-    bytes."""
+    bytes.
+
+    Inside a dataset's reading with a node cache (loader.cache.reading_shard), remote
+    reads of indexed files go through the cache; local files are never cached."""
+    at = current_cache()
+    if at is not None and indexed is not None and not is_local(fs):
+        cache, shard = at
+
+        def fetch(
+            u: Sequence[str], s: Sequence[int], e: Sequence[int], ix: Sequence[Indexed]
+        ) -> list[bytes]:
+            return _fetch_ranges(fs, u, s, e, policy, ix)
+
+        return cache.read(fs, urls, starts, ends, indexed, fetch, shard)
+    return _fetch_ranges(fs, urls, starts, ends, policy, indexed)
+
+
+def _fetch_ranges(
+    fs: Any,
+    urls: Sequence[str],
+    starts: Sequence[int],
+    ends: Sequence[int],
+    policy: RetryPolicy,
+    indexed: Sequence[Indexed] | None = None,
+) -> list[bytes]:
+    """`read_ranges` from storage itself."""
     # blocks: (range index, start, end) still to fetch; parts[i] collects range i's bytes
     todo = [
         (i, b, min(b + BLOCK, e))

@@ -3,6 +3,7 @@
 A state is a few integers, JSON-serializable:
 
     {"epoch": e, "position": k, "num_workers": W, "num_replicas": R, "batch_size": B,
+     "local_world_size": N (with locality="node"),
      "elastic": <the state this epoch was resumed from, when that was a different layout>}
 
 `position` counts items (records, or batches of B) one rank consumed from a DataLoader with
@@ -26,7 +27,7 @@ from sampler.resume import Segment, Streams, base_streams, continue_streams, res
 
 __all__ = ["Layout", "check_state"]
 
-_INTS = ("epoch", "position", "num_workers", "num_replicas", "batch_size")
+_INTS = ("epoch", "position", "num_workers", "num_replicas", "batch_size", "local_world_size")
 
 
 def check_state(state: Any, where: str = "state") -> dict[str, Any]:
@@ -52,6 +53,7 @@ class Layout:
     batch_size: int  # 0: items are records
     num_records: int
     drop_last: bool
+    local_world_size: int = 0  # ranks per node with locality="node"; 0: global reshuffle
 
     @property
     def length(self) -> int:
@@ -69,6 +71,10 @@ class Layout:
             num_replicas=state.get("num_replicas", self.num_replicas),
             num_workers=state.get("num_workers", self.num_workers),
             batch_size=state.get("batch_size", self.batch_size),
+            # a full state without it was saved by a job without locality
+            local_world_size=state.get("local_world_size", 0)
+            if "num_workers" in state
+            else self.local_world_size,
         )
 
     def streams(self, base: dict[str, Any] | None) -> Streams:

@@ -42,7 +42,7 @@ T = TypeVar("T")
 # Summed over processes (the table's columns, in this order).
 FIELDS = (
     "records",  # items' records handed to the consumer
-    "bytes_fetched",  # shard bytes read from storage
+    "bytes_fetched",  # shard bytes read from storage (not those the node cache served)
     "requests",  # storage reads (ranged GETs, local row-group reads)
     "retries",  # failed storage reads tried again
     "fetch_s",  # seconds in storage reads, summed over reader threads
@@ -51,6 +51,7 @@ FIELDS = (
     "consumer_wait_s",  # seconds the consumer waited inside next() (timed consumers)
     "consumer_wall_s",  # seconds from a timed consumer's first next() to its last
     "peak_held_bytes",  # the most bytes a reader of this process held (max, not summed)
+    "cache_hit_bytes",  # shard bytes served by the node cache instead of storage
 )
 _MAX = frozenset({"peak_held_bytes"})
 SLOTS = 65  # rows: the main process, then up to 64 DataLoader workers
@@ -122,6 +123,10 @@ def summary(totals: dict[str, float]) -> str:
         f"fetch {totals['fetch_s']:.2f}s, decode {totals['decode_s']:.2f}s, reader wait "
         f"{totals['wait_s']:.2f}s; data stall {stall_text}; peak held "
         f"{totals['peak_held_bytes'] / 2**20:,.1f} MiB"
+    ) + (
+        f"; cache served {totals['cache_hit_bytes'] / 1e6:,.1f} MB"
+        if totals.get("cache_hit_bytes")
+        else ""
     )
 
 

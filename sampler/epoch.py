@@ -19,13 +19,22 @@ import numpy.typing as npt
 
 from .keyed import derive_key, permute
 
-__all__ = ["EpochLine", "epoch_line", "rank_length", "shard_order", "span_pieces", "worker_span"]
+__all__ = [
+    "EpochLine",
+    "epoch_line",
+    "node_line",
+    "rank_length",
+    "shard_order",
+    "span_pieces",
+    "worker_span",
+]
 
 I64Array = npt.NDArray[np.int64]
 
 # Tags keep the keys of different uses apart even when their other parts coincide.
 TAG_SHARDS = 1
 TAG_ROWS = 2
+TAG_NODE = 6  # the order of a node's pieces (locality="node")
 
 
 def rank_length(num_records: int, num_replicas: int, drop_last: bool) -> int:
@@ -45,10 +54,14 @@ def shard_order(num_shards: int, seed: int, epoch: int, shuffle: bool) -> I64Arr
 
 @dataclass(frozen=True)
 class EpochLine:
-    """The epoch's line: non-empty shards in order and where each one ends on the line."""
+    """The epoch's line: non-empty shards (or shard row ranges) in order and where each
+    one ends on the line."""
 
     shards: I64Array  # (S',) shard id of each non-empty shard, in line order
     ends: I64Array  # (S',) line position one past that shard's last record
+    # (S',) the shard row each element starts at (a node line's elements are pieces of
+    # shards); None: every element is a whole shard, from row 0
+    bases: I64Array | None = None
 
     @property
     def num_records(self) -> int:
@@ -90,6 +103,8 @@ def _real_pieces(line: EpochLine, lo: int, hi: int) -> tuple[I64Array, I64Array,
     # rows of each shard inside the span, in storage order
     starts = np.maximum(begins, lo) - begins
     stops = np.minimum(ends, hi) - begins
+    if line.bases is not None:
+        starts, stops = starts + line.bases[i0:i1], stops + line.bases[i0:i1]
     return line.shards[i0:i1].copy(), starts, stops
 
 
@@ -111,3 +126,50 @@ def span_pieces(line: EpochLine, lo: int, hi: int) -> tuple[I64Array, I64Array, 
         pos += take
     shards, starts, stops = (np.concatenate([p[k] for p in parts]) for k in range(3))
     return shards.astype(np.int64), starts.astype(np.int64), stops.astype(np.int64)
+
+
+def node_line(
+    sizes: I64Array,
+    seed: int,
+    epoch: int,
+    shuffle: bool,
+    drop_last: bool,
+    num_replicas: int,
+    local_world_size: int,
+) -> EpochLine:
+    """The line for one epoch with ``locality="node"``: nodes of `local_world_size`
+    consecutive ranks each keep the same records every epoch.
+
+    Epoch 0's line is cut once into one span per node (``local_world_size * L`` positions,
+    L records per rank, padding included), each span into its pieces; each epoch lays every
+    node's pieces out in a keyed order of (seed, epoch, node) and the nodes' lines end to
+    end. Cutting that line into ranks' spans of L gives each node's ranks exactly their
+    node's records, reshuffled across the node's ranks each epoch: equal counts and exactly
+    once an epoch hold as for `epoch_line` (padding is the epoch-0 padding, every epoch);
+    with `drop_last` the records past ``R * L`` are those of epoch 0's line, every epoch.
+    O(shards) per epoch.
+    """
+    if num_replicas % local_world_size:
+        raise ValueError(
+            f"locality='node' needs num_replicas ({num_replicas}) to be a multiple of "
+            f"local_world_size ({local_world_size}): nodes of equal size"
+        )
+    first = epoch_line(sizes, seed, 0, shuffle)
+    span = local_world_size * rank_length(first.num_records, num_replicas, drop_last)
+    shards, starts, ends = [], [], []
+    for node in range(num_replicas // local_world_size):
+        s, a, b = span_pieces(first, node * span, (node + 1) * span)
+        if shuffle and s.size > 1:
+            order = permute(np.arange(s.size), s.size, derive_key(seed, epoch, TAG_NODE, node))
+            s, a, b = s[order], a[order], b[order]
+        shards.append(s)
+        starts.append(a)
+        ends.append(b - a)
+    if not shards:
+        return EpochLine(first.shards[:0], first.ends[:0], first.ends[:0])
+    lengths = np.concatenate(ends)
+    return EpochLine(
+        shards=np.concatenate(shards),
+        ends=np.cumsum(lengths, dtype=np.int64),
+        bases=np.concatenate(starts).astype(np.int64),
+    )

@@ -18,11 +18,28 @@ from dataclasses import dataclass
 import numpy as np
 import numpy.typing as npt
 
-from .epoch import TAG_ROWS, EpochLine, epoch_line, rank_length, span_pieces, worker_span
+from .epoch import (
+    TAG_ROWS,
+    EpochLine,
+    epoch_line,
+    node_line,
+    rank_length,
+    span_pieces,
+    worker_span,
+)
 from .keyed import derive_key, derive_keys, permute, unit_floats
 from .mixing import CHUNK, block_order, record_positions
 
-__all__ = ["Chunk", "Groups", "Plan", "all_plans", "build_plan", "piece_cuts", "span_plan"]
+__all__ = [
+    "Chunk",
+    "Groups",
+    "Plan",
+    "all_plans",
+    "build_plan",
+    "line_of",
+    "piece_cuts",
+    "span_plan",
+]
 
 I64Array = npt.NDArray[np.int64]
 U64Array = npt.NDArray[np.uint64]
@@ -301,10 +318,13 @@ def build_plan(
     window: int = 1,
     align: int = 1,
     groups: Groups | None = None,
+    local_world_size: int | None = None,
 ) -> Plan:
     """The plan of one worker: a pure function of its arguments, O(shards) to compute
-    (plus the groups of its own pieces)."""
-    line = epoch_line(sizes, seed, epoch, shuffle)
+    (plus the groups of its own pieces). `local_world_size`: ranks per node, each node
+    keeping its records every epoch (``locality="node"``, see `sampler.epoch.node_line`);
+    None: the global reshuffle."""
+    line = line_of(sizes, seed, epoch, shuffle, drop_last, num_replicas, local_world_size)
     length = rank_length(line.num_records, num_replicas, drop_last)
     lo, hi = worker_span(rank, length, worker, num_workers, align)
     return span_plan(
@@ -323,12 +343,14 @@ def all_plans(
     num_workers: int = 1,
     window: int = 1,
     groups: Groups | None = None,
+    local_world_size: int | None = None,
+    ranks: Sequence[int] | None = None,
 ) -> Iterator[tuple[int, int, Plan]]:
-    """(rank, worker, plan) of every rank and worker, the epoch line computed once: O(shards
-    + ranks * workers * log shards) for all of them together."""
-    line = epoch_line(sizes, seed, epoch, shuffle)
+    """(rank, worker, plan) of every rank (or of `ranks`) and worker, the epoch line
+    computed once: O(shards + ranks * workers * log shards) for all of them together."""
+    line = line_of(sizes, seed, epoch, shuffle, drop_last, num_replicas, local_world_size)
     length = rank_length(line.num_records, num_replicas, drop_last)
-    for rank in range(num_replicas):
+    for rank in range(num_replicas) if ranks is None else ranks:
         for worker in range(num_workers):
             lo, hi = worker_span(rank, length, worker, num_workers)
             yield (
@@ -345,6 +367,22 @@ def all_plans(
                     groups=groups,
                 ),
             )
+
+
+def line_of(
+    sizes: I64Array,
+    seed: int,
+    epoch: int,
+    shuffle: bool,
+    drop_last: bool,
+    num_replicas: int,
+    local_world_size: int | None = None,
+) -> EpochLine:
+    """The epoch's line: global (`epoch_line`) or, with `local_world_size`, nodes keeping
+    their records (`node_line`)."""
+    if local_world_size is None:
+        return epoch_line(sizes, seed, epoch, shuffle)
+    return node_line(sizes, seed, epoch, shuffle, drop_last, num_replicas, local_world_size)
 
 
 def piece_cuts(groups: Sequence[int], start: int, stop: int) -> I64Array:

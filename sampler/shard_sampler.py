@@ -94,6 +94,11 @@ class ShardSampler(Sampler[int]):
     `window` consecutive parts are interleaved so neighbouring records come from different
     shards. With ``shuffle=False`` the order is plain storage order, without interleaving.
 
+    `local_world_size` (ranks per node; ``locality="node"`` of the dataset): epoch 0's
+    spans of each node's ranks are kept by that node every epoch, each epoch reshuffling
+    shard order and in-shard order inside them (sampler.epoch.node_line); the counts per
+    rank and the exactly-once rule hold as without it.
+
     `groups` (optional, per shard the record counts of its groups, summing to its size)
     tells where a reader's decode units lie (Parquet row groups): a part holding several
     groups is then shuffled group by group (the groups in a keyed order, each group's rows
@@ -115,6 +120,7 @@ class ShardSampler(Sampler[int]):
         drop_last: bool = False,
         window: IntLike = DEFAULT_WINDOW,
         groups: Groups | None = None,
+        local_world_size: IntLike | None = None,
     ) -> None:
         self.sizes = _sizes_of(shards)
         self.groups = _check_groups(groups, self.sizes)
@@ -123,6 +129,14 @@ class ShardSampler(Sampler[int]):
         self.shuffle, self.drop_last = bool(shuffle), bool(drop_last)
         self.seed = _check_flag("seed", seed, -(2**63))
         self.window = _check_flag("window", window, 1)
+        self.local_world_size = (
+            None if local_world_size is None else _check_flag("local_world_size", local_world_size, 1)
+        )
+        if self.local_world_size is not None and self.num_replicas % self.local_world_size:
+            raise ValueError(
+                f"local_world_size={self.local_world_size} must divide num_replicas="
+                f"{self.num_replicas}: nodes of equal size (locality='node')"
+            )
         # (S,) global id of each shard's first record
         self.offsets = np.concatenate(([0], np.cumsum(self.sizes)))[:-1].astype(np.int64)
         self.num_records = int(self.sizes.sum())
@@ -178,6 +192,7 @@ class ShardSampler(Sampler[int]):
             "num_replicas": self.num_replicas,
             "window": self.window if self.shuffle else 1,
             "groups": self.groups,
+            "local_world_size": self.local_world_size,
         }
 
     def worker_lengths(self, num_workers: int = 1, align: int = 1) -> list[int]:
