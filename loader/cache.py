@@ -35,6 +35,7 @@ import hashlib
 import logging
 import os
 import re
+import socket
 import struct
 import threading
 import time
@@ -95,6 +96,27 @@ def shard_key(url: str, version: str | None) -> str:
     return hashlib.sha256(f"{url}\0{version}".encode()).hexdigest()[:32]
 
 
+def _dead_claim(claim: Path) -> bool:
+    """Whether a claim was left by a process that is gone: one of this host no longer
+    running, or any older than CLAIM_WAIT."""
+    try:
+        age = time.time() - claim.stat().st_mtime
+        host, pid = claim.read_text().split()
+    except (FileNotFoundError, ValueError):
+        return False  # released, or being written
+    if age > CLAIM_WAIT:
+        return True
+    if host != socket.gethostname():
+        return False
+    try:
+        os.kill(int(pid), 0)
+    except ProcessLookupError:
+        return True
+    except (PermissionError, ValueError):
+        return False
+    return False
+
+
 _local = threading.local()
 
 
@@ -134,6 +156,9 @@ class NodeCache:
         self.limit, self.future, self.policy = limit, future, policy
         self.block = BLOCK
         self._lock = threading.Lock()
+        self._room = threading.Lock()
+        self._pending: dict[str, int] = {}  # blocks being written (their room reserved)
+        self._changed: dict[str, int | None] = {}  # written (bytes) or deleted (None) here
         self._held: dict[str, int] = {}  # block file name -> bytes on disk
         self._scanned = -float("inf")
         self._checked: set[str] = set()  # shards (url keys) checked against the remote
@@ -175,8 +200,17 @@ class NodeCache:
         if parts:
             self._check_remote(fs, {needs[k][0] for k in parts}, urls, indexed)
             current().add("cache_hit_bytes", sum(len(d) for d in parts.values()))
-        mine = [n for n in missing if self._claim(n)]
-        whole: dict[str, bytes] = {}  # block name -> the whole block, fetched now
+        whole: dict[str, bytes] = {}  # block name -> the whole block
+        mine = []
+        for name in missing:
+            if self._claim(name):
+                data = self._get(name)  # written by another process since it was missing?
+                if data is None:
+                    mine.append(name)
+                    continue
+                self._unclaim(name)
+                whole[name] = data
+                current().add("cache_hit_bytes", len(data))
         try:
             whole.update(self._fetch(mine, missing, urls, indexed, fetch))
         finally:
@@ -298,8 +332,11 @@ class NodeCache:
     def _put(self, name: str, data: bytes) -> None:
         """Write the block atomically if the policy keeps it."""
         need = len(data) + 4 * -(-len(data) // PIECE) + _TRAILER.size
-        if not self._make_room(name, need):
-            return
+        with self._room:  # decide and reserve at once: reader threads put concurrently
+            if not self._make_room(name, need):
+                return
+            with self._lock:
+                self._pending[name] = need
         tmp = self.folder / f"{name}.{os.getpid()}.{threading.get_ident()}.tmp"
         try:
             view = memoryview(data)
@@ -313,9 +350,11 @@ class NodeCache:
             log.warning("cache: cannot write %s (%s): not cached", self.folder / name, e)
             with contextlib.suppress(OSError):
                 tmp.unlink()
+            with self._lock:
+                self._pending.pop(name, None)
             return
         with self._lock:
-            self._held[name] = need
+            self._held[name] = self._changed[name] = self._pending.pop(name)
 
     def _delete(self, name: str) -> None:
         if _NAME.match(name) is None:  # never a file the cache did not name
@@ -324,23 +363,23 @@ class NodeCache:
             (self.folder / name).unlink()
         with self._lock:
             self._held.pop(name, None)
+            self._changed[name] = None
 
     def _claim(self, name: str) -> bool:
         """Whether this process now fetches the block (False: another one is)."""
         claim = self.folder / f"{name}.claim"
         for _ in range(2):
             try:
-                os.close(os.open(claim, os.O_CREAT | os.O_EXCL | os.O_WRONLY))
-                return True
+                fd = os.open(claim, os.O_CREAT | os.O_EXCL | os.O_WRONLY)
             except FileExistsError:
-                try:
-                    age = time.time() - claim.stat().st_mtime
-                except FileNotFoundError:
-                    continue  # released meanwhile: try again
-                if age < CLAIM_WAIT:
+                if not _dead_claim(claim):
                     return False
                 with contextlib.suppress(FileNotFoundError):
                     claim.unlink()  # a dead process's claim
+                continue
+            with os.fdopen(fd, "w") as f:
+                f.write(f"{socket.gethostname()} {os.getpid()}")
+            return True
         return False
 
     def _unclaim(self, name: str) -> None:
@@ -354,7 +393,7 @@ class NodeCache:
         deadline = time.monotonic() + CLAIM_WAIT
         while time.monotonic() < deadline:
             data = self._get(name)
-            if data is not None or not claim.exists():
+            if data is not None or not claim.exists() or _dead_claim(claim):
                 return data if data is not None else self._get(name)
             time.sleep(POLL)
         return None
@@ -366,7 +405,9 @@ class NodeCache:
         seconds, or when asked); temporary files a killed process left are removed."""
         now = time.monotonic()
         if rescan or now - self._scanned > RESCAN:
-            found: dict[str, int] = {}
+            with self._lock:  # what this process writes and deletes during the listing
+                self._changed = {}
+            found: dict[str, int | None] = {}
             with os.scandir(self.folder) as entries:
                 for e in entries:
                     if _NAME.match(e.name):
@@ -377,9 +418,11 @@ class NodeCache:
                             if time.time() - e.stat().st_mtime > CLAIM_WAIT:
                                 os.unlink(e.path)
             with self._lock:
-                self._held, self._scanned = found, now
+                found.update(self._changed)
+                self._held = {n: b for n, b in found.items() if b is not None}
+                self._scanned = now
         with self._lock:
-            return dict(self._held)
+            return {**self._held, **self._pending}
 
     def held_bytes(self) -> int:
         """Bytes the folder holds in blocks (re-listed now)."""
@@ -399,7 +442,9 @@ class NodeCache:
         total = sum(held.values())
         if total + need <= self.limit:
             return True
-        victims = self._victims(name, held)
+        with self._lock:
+            writing = set(self._pending)
+        victims = self._victims(name, {n: b for n, b in held.items() if n not in writing})
         if victims is None or total - sum(held[v] for v in victims) + need > self.limit:
             return False  # what may go would not make room: evict nothing
         for victim in victims:
@@ -414,6 +459,7 @@ class NodeCache:
         the one to leave out (next-use: needed later than everything held)."""
         names = [n for n in held if n != name]
         if self.policy == "lru" or self.future is None:
+
             def mtime(n: str) -> float:
                 try:
                     return (self.folder / n).stat().st_mtime
@@ -437,4 +483,3 @@ class NodeCache:
 
         later = sorted((n for n in names if when(n) > own), key=when, reverse=True)
         return later or None
-

@@ -19,8 +19,8 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import Any, TypeVar
 
-from .errors import ShardError
 from .cache import current_cache
+from .errors import ShardError
 from .stats import current
 from .storage import Indexed, cat_ranges, denied, is_local, no_credentials, redact
 

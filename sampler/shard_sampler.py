@@ -130,7 +130,9 @@ class ShardSampler(Sampler[int]):
         self.seed = _check_flag("seed", seed, -(2**63))
         self.window = _check_flag("window", window, 1)
         self.local_world_size = (
-            None if local_world_size is None else _check_flag("local_world_size", local_world_size, 1)
+            None
+            if local_world_size is None
+            else _check_flag("local_world_size", local_world_size, 1)
         )
         if self.local_world_size is not None and self.num_replicas % self.local_world_size:
             raise ValueError(

@@ -76,6 +76,7 @@ class CountingProxy:
         self.injected = {"slowdown": 0, "reset": 0}
         self.requests: list[tuple[str, str, int]] = []  # (method, path, body bytes)
         self.get_headers: list[dict[str, str]] = []  # the headers of each GET, in order
+        self.gets: list[tuple[str, str | None]] = []  # (path, Range header) of each GET
         self.faulted: list[tuple[str, str]] = []  # (fault, path) of each injected fault
         self._lock = threading.Lock()
         proxy = self
@@ -93,6 +94,7 @@ class CountingProxy:
                 if self.command == "GET":
                     with proxy._lock:
                         proxy.get_headers.append(dict(self.headers.items()))
+                        proxy.gets.append((self.path.split("?")[0], self.headers.get("Range")))
                 if fault is not None:
                     with proxy._lock:
                         proxy.faulted.append((fault, self.path))

@@ -60,7 +60,9 @@ def test_nodes_keep_their_records_and_the_invariants_hold(
         else:  # 2: everything at least once, only the padding repeats
             assert set(counts) == set(range(n))
             assert sum(counts.values()) - n == world * length - n
-        per_node = [Counter(i for r in ranks[k * local : (k + 1) * local] for i in r) for k in range(nodes)]
+        per_node = [
+            Counter(i for r in ranks[k * local : (k + 1) * local] for i in r) for k in range(nodes)
+        ]
         if kept is None:
             kept = per_node
         assert per_node == kept, f"epoch {epoch}: a node's records changed"
@@ -95,9 +97,7 @@ def test_locality_costs_little_randomness_in_a_batch() -> None:
 def test_resume_with_locality_yields_the_rest() -> None:
     """Invariant 7."""
     sizes = [30, 0, 41, 17, 35, 9]
-    check_resume(
-        lambda: ShardSampler(sizes, 4, 3, seed=1, local_world_size=2), [1, 5, 20], epoch=1
-    )
+    check_resume(lambda: ShardSampler(sizes, 4, 3, seed=1, local_world_size=2), [1, 5, 20], epoch=1)
 
 
 @pytest.mark.parametrize(
@@ -141,7 +141,9 @@ def test_dataset_locality_options_are_checked(shards, monkeypatch) -> None:
 
 def test_dataset_with_locality_reads_what_the_sampler_plans(shards) -> None:
     for rank in range(4):
-        ds = StreamingDataset(shards, num_replicas=4, rank=rank, seed=2, locality="node", local_world_size=2)
+        ds = StreamingDataset(
+            shards, num_replicas=4, rank=rank, seed=2, locality="node", local_world_size=2
+        )
         ds.set_epoch(1)
         s = ShardSampler(ds.index, 4, rank, seed=2, local_world_size=2)
         s.set_epoch(1)
@@ -151,10 +153,17 @@ def test_dataset_with_locality_reads_what_the_sampler_plans(shards) -> None:
 def test_elastic_resume_with_locality_reads_every_record_once(shards) -> None:
     """2 nodes of 2 ranks stop mid-epoch; 1 node of 3 ranks reads the rest: every record
     once (drop_last), and the next epoch cuts the 3 ranks' node anew."""
+
     def ds(world, rank, local):
         return StreamingDataset(
-            shards, num_replicas=world, rank=rank, seed=4, drop_last=True, batch_size=5,
-            locality="node", local_world_size=local,
+            shards,
+            num_replicas=world,
+            rank=rank,
+            seed=4,
+            drop_last=True,
+            batch_size=5,
+            locality="node",
+            local_world_size=local,
         )
 
     seen: list[int] = []
