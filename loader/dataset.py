@@ -290,7 +290,8 @@ class StreamingDataset(IterableDataset[Any]):
         bytes_fetched) and cache_held_bytes (what the cache folder holds now, for the
         whole node)."""
         totals: dict[str, Any] = self._stats.totals()
-        totals["cache_held_bytes"] = self.node.held_bytes()
+        folders = {n.cache_dir: n for n in getattr(self, "nodes", [self.node])}
+        totals["cache_held_bytes"] = sum(n.held_bytes() for n in folders.values())
         return totals
 
     def reset_stats(self) -> None:

@@ -5,7 +5,7 @@ gets (with the node's future, loader.cache_plan)."""
 from __future__ import annotations
 
 import os
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Any
 
 from sampler.checks import as_int
@@ -73,6 +73,16 @@ class NodeOptions:
             )
         return cls(folder, limit, locality, local, policy)
 
+    def for_stream(self, cache_dir: UrlOrPath | None, cache_limit: object) -> NodeOptions:
+        """A mixture stream's options: its own cache folder and bound where it gives them."""
+        folder = self.cache_dir if cache_dir is None else os.fspath(cache_dir)
+        limit = parse_size(cache_limit) if cache_limit is not None else self.cache_limit
+        if cache_dir is not None and "://" in folder:  # type: ignore[operator]
+            raise ValueError(f"cache_dir must be a local folder (the node's disk), got {folder!r}")
+        if limit is not None and folder is None:
+            raise ValueError("cache_limit needs cache_dir (the folder it bounds)")
+        return replace(self, cache_dir=folder, cache_limit=limit)
+
     @property
     def node_size(self) -> int | None:
         """Ranks per node for planning (None: the global reshuffle)."""
@@ -81,9 +91,12 @@ class NodeOptions:
     def cache(self, sampler: Any, names: Any, worker: int, num_workers: int) -> NodeCache | None:
         """The cache of one reading (None without cache_dir): its future is the plans of
         the node's ranks, this epoch and the next (`sampler`: the dataset's ShardSampler;
-        `names(shard)`: (url, version))."""
+        `names(shard)`: (url, version)). A mixture's stream (`sampler` None) evicts the
+        least recently read block instead: its future is not planned (yet)."""
         if self.cache_dir is None:
             return None
+        if sampler is None:  # a mixture's stream: its passes' future is not computed
+            return NodeCache(self.cache_dir, self.cache_limit, None, "lru")
         future = None
         if self.cache_limit is not None and self.policy == "next-use":
             node = sampler.rank // self.local_world_size

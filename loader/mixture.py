@@ -41,6 +41,7 @@ from .epoch import EpochState
 from .formats import Format
 from .formats.tar import check_tar_columns
 from .kinds import Kind, kinds_of
+from .locality import NodeOptions
 from .mixture_rows import StreamRows, merge, start_all
 from .options import Transform
 from .pipeline import MemoryBudget, PlanReader, decoding_pool, is_local
@@ -107,6 +108,10 @@ class MixtureDataset(StreamingDataset):
         pad: Mapping[str, Any] | None = None,
         log_every: float | None = None,
         transform: Transform | None = None,
+        cache_dir: Any = None,
+        cache_limit: int | str | None = None,
+        locality: str | None = None,
+        local_world_size: IntLike | None = None,
     ) -> None:
         IterableDataset.__init__(self)
         if not is_mixture(streams):
@@ -126,6 +131,10 @@ class MixtureDataset(StreamingDataset):
         )
         topo = Topology.resolve(num_replicas, rank)
         self.streams = list(streams)
+        self.node = NodeOptions.check(
+            cache_dir, cache_limit, locality, local_world_size, topo.world_size
+        )
+        self.nodes = [self.node.for_stream(s.cache_dir, s.cache_limit) for s in self.streams]
         self.names = [_name(s, k) for k, s in enumerate(self.streams)]
         dupes = sorted({n for n in self.names if self.names.count(n) > 1})
         if dupes:
@@ -174,6 +183,7 @@ class MixtureDataset(StreamingDataset):
             window,
             self.names,
             groups,
+            self.node.node_size,
         )
         self._state = EpochState()
         self._cursor = Cursor()
@@ -313,6 +323,7 @@ class MixtureDataset(StreamingDataset):
             mine.window,
             mine.names,
             mine.groups,
+            mine.local_world_size,
         )
         other.load_state_dict({"epoch": epoch, "position": 0, "streams": self._streams_state()})
         return other
@@ -353,6 +364,7 @@ class MixtureDataset(StreamingDataset):
                 memory_budget=budget,
                 stats=stats,
                 decoders=decoders,
+                cache=self.nodes[k].cache(None, None, worker, workers),
             )
             for k, (idx, opts) in enumerate(zip(self.indexes, self.options))
         ]

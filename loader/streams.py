@@ -15,12 +15,16 @@ class Stream:
     """One source of a mixture: anything a single dataset takes as `source`, its weight
     (default: its record count, i.e. natural proportions), its name (default: the source
     string; names are unique, and seed the stream's shuffles) and its own storage options
-    (default: the dataset's), so two streams may live in two buckets or endpoints."""
+    (default: the dataset's), so two streams may live in two buckets or endpoints.
+    `cache_dir` and `cache_limit` (default: the dataset's) give the stream its own node
+    cache folder and bound (loader.cache)."""
 
     source: Any
     weight: float | None = None
     name: str | None = None
     storage_options: dict[str, Any] | None = None
+    cache_dir: Any = None
+    cache_limit: int | str | None = None
 
 
 def is_mixture(source: Any) -> bool:

@@ -26,7 +26,7 @@ import numpy.typing as npt
 from torch.utils.data import Sampler
 
 from .checks import IntLike
-from .epoch import EpochLine, epoch_line, rank_length, worker_span
+from .epoch import EpochLine, rank_length, worker_span
 from .mixture_args import (
     Shards,
     check_names,
@@ -38,7 +38,7 @@ from .mixture_args import (
 from .mixture_read import MixturePart, PassPiece, merge_streams, piece_records
 from .mixture_state import cursor_state, load_cursors
 from .passes import Cursor, advance, cut_lengths, recut, to_first_cut
-from .plan import Groups, Plan, span_plan
+from .plan import Groups, Plan, line_of, span_plan
 from .schedule import MAX_POSITIONS, apportion, counts_before, name_ranks, stream_ids
 from .shard_sampler import DEFAULT_WINDOW, _check_flag, _check_groups
 from .topology import Topology
@@ -84,6 +84,7 @@ class MixtureSampler(Sampler[tuple[int, int]]):
         window: IntLike = DEFAULT_WINDOW,
         names: Sequence[str] | None = None,
         groups: Sequence[Groups | None] | None = None,
+        local_world_size: IntLike | None = None,
     ) -> None:
         if isinstance(streams, str | bytes) or len(streams) == 0:
             raise ValueError(f"a mixture needs at least one stream, got {streams!r}")
@@ -94,6 +95,12 @@ class MixtureSampler(Sampler[tuple[int, int]]):
         self.shuffle, self.drop_last = bool(shuffle), bool(drop_last)
         self.seed = _check_flag("seed", seed, -(2**63))
         self.window = _check_flag("window", window, 1)
+        # locality="node", per stream: each stream's passes keep each node's records
+        self.local_world_size = (
+            None
+            if local_world_size is None
+            else _check_flag("local_world_size", local_world_size, 1)
+        )
         self.num_records = [int(s.sum()) for s in self.sizes]
         if groups is not None and len(groups) != len(self.sizes):
             raise ValueError(f"groups gives {len(groups)} streams, there are {len(self.sizes)}")
@@ -122,7 +129,7 @@ class MixtureSampler(Sampler[tuple[int, int]]):
         self._anchor = _Anchor(0, fresh, self.counts)
         self.epoch = 0
         self._resume = self._yielded = 0
-        self._lines: OrderedDict[tuple[int, int], EpochLine] = OrderedDict()
+        self._lines: OrderedDict[tuple[int, int, int], EpochLine] = OrderedDict()
         self._plans: OrderedDict[tuple[int, int, int, int], Plan] = OrderedDict()
 
     # --- the epoch --------------------------------------------------------------------
@@ -224,7 +231,7 @@ class MixtureSampler(Sampler[tuple[int, int]]):
         if key in self._plans:
             self._plans.move_to_end(key)
             return self._plans[key]
-        line = self._line(k, pass_index)
+        line = self._line(k, pass_index, num_replicas)
         length = rank_length(self.num_records[k], num_replicas, self.drop_last)
         plan = span_plan(
             line,
@@ -241,10 +248,24 @@ class MixtureSampler(Sampler[tuple[int, int]]):
             self._plans.popitem(last=False)
         return plan
 
-    def _line(self, k: int, pass_index: int) -> EpochLine:
-        key = (k, pass_index)
+    def _line(self, k: int, pass_index: int, num_replicas: int) -> EpochLine:
+        """Stream k's line of a pass cut for `num_replicas` ranks: with locality, nodes of
+        `local_world_size` keep their records (a cut for a number of ranks it does not
+        divide, after an elastic resume, takes the global order for that pass)."""
+        local = self.local_world_size
+        if local is None or num_replicas % local:
+            num_replicas = 0  # the global line serves every cut
+        key = (k, pass_index, num_replicas)
         if key not in self._lines:
-            self._lines[key] = epoch_line(self.sizes[k], self.seeds[k], pass_index, self.shuffle)
+            self._lines[key] = line_of(
+                self.sizes[k],
+                self.seeds[k],
+                pass_index,
+                self.shuffle,
+                self.drop_last,
+                num_replicas,
+                local if num_replicas else None,
+            )
             if len(self._lines) > _LINES:
                 self._lines.popitem(last=False)
         self._lines.move_to_end(key)

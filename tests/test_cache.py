@@ -310,3 +310,29 @@ def test_cache_limits_read_as_bytes(value: Any, expected: int) -> None:
 def test_bad_cache_limits_are_named(value: Any) -> None:
     with pytest.raises(ValueError, match="cache_limit must be bytes"):
         parse_size(value)
+
+
+def test_a_mixture_stream_has_its_own_cache(s3: Any, tmp_path: Path) -> None:
+    """Stream(cache_dir=...): the stream's bytes come from its folder in the next epoch;
+    a stream without one (and no dataset-wide cache_dir) is read from S3 every epoch."""
+    from loader import Stream
+
+    fs = s3.fs()
+    fs.mkdir("mix")
+    write_dataset(fs, "mix/a", "parquet", sizes=[50, 40], row_group_size=10)
+    write_dataset(fs, "mix/b", "parquet", sizes=[30, 60], row_group_size=10)
+    with counting_proxy(s3.endpoint_url) as proxy:
+        options = {"client_kwargs": {"endpoint_url": proxy.url}}
+        a = ShardIndex.build("s3://mix/a", storage_options=options)
+        b = ShardIndex.build("s3://mix/b", storage_options=options)
+        ds = StreamingDataset(
+            [Stream(a, cache_dir=tmp_path / "a"), Stream(b)], storage_options=options, seed=2
+        )
+        fetched = []
+        for epoch in range(2):
+            ds.set_epoch(epoch)
+            proxy.gets.clear()
+            assert len(list(ds)) == 180
+            fetched.append({p.split("/")[2] for p, _ in proxy.gets})
+    assert fetched[0] == {"a", "b"} and fetched[1] == {"b"}
+    assert all(BLOCK_FILE.match(p.name) for p in (tmp_path / "a").iterdir())

@@ -186,3 +186,37 @@ def test_elastic_resume_with_locality_reads_every_record_once(shards) -> None:
     d = ds(3, 0, 3)
     d.set_epoch(2)
     assert len(list(d)) == len(d)
+
+
+def test_a_mixture_keeps_each_streams_node_records(tmp_path) -> None:
+    """Per stream: with natural proportions an epoch is one pass of each stream, and each
+    node reads the same records of each stream every epoch, equal counts on all ranks."""
+    from fsspec.implementations.local import LocalFileSystem
+
+    from loader import Stream
+
+    fs = LocalFileSystem()
+    write_dataset(fs, str(tmp_path / "a"), "parquet", sizes=[60, 45, 33])
+    write_dataset(fs, str(tmp_path / "b"), "parquet", sizes=[70, 12, 50, 20])
+    streams = [Stream(str(tmp_path / "a")), Stream(str(tmp_path / "b"))]
+    kept = None
+    for epoch in range(3):
+        ranks = []
+        for rank in range(4):
+            ds = StreamingDataset(
+                streams,
+                num_replicas=4,
+                rank=rank,
+                seed=1,
+                drop_last=True,
+                locality="node",
+                local_world_size=2,
+            )
+            ds.set_epoch(epoch)
+            ranks.append([(r["__stream__"], record_id(r)) for r in ds])
+        assert len({len(r) for r in ranks}) == 1
+        flat = [x for r in ranks for x in r]
+        assert len(flat) == len(set(flat))
+        nodes = [sorted(ranks[0] + ranks[1]), sorted(ranks[2] + ranks[3])]
+        kept = kept or nodes
+        assert nodes == kept
