@@ -44,6 +44,8 @@ from collections.abc import Callable, Iterator, Sequence
 from pathlib import Path
 from typing import Any, Protocol
 
+from sampler.checks import parse_size
+
 from .stats import current
 from .storage import Indexed, check_version
 
@@ -61,8 +63,6 @@ _TRAILER = struct.Struct("<4sIQ")
 _MAGIC = b"SSC1"
 _NAME = re.compile(r"^([0-9a-f]{32})-(\d+)-(\d+)\.blk$")
 _TEMP = re.compile(r"^[0-9a-f]{32}-\d+-\d+\.blk\.\d+\.\d+\.tmp$")
-_UNITS = {"": 1, "B": 1, "KB": 10**3, "MB": 10**6, "GB": 10**9, "TB": 10**12}
-_UNITS |= {"KIB": 2**10, "MIB": 2**20, "GIB": 2**30, "TIB": 2**40}
 
 Fetch = Callable[[Sequence[str], Sequence[int], Sequence[int], Sequence[Indexed]], list[bytes]]
 
@@ -73,22 +73,6 @@ class Future(Protocol):
     def shard_of(self, key: str) -> int | None: ...
     def next_use(self, shards: Sequence[int], after: bool = False) -> list[float]: ...
     def reached(self, shard: int) -> None: ...
-
-
-def parse_size(value: object, name: str = "cache_limit") -> int | None:
-    """Bytes from an int or a string like ``"50GB"`` / ``"512MiB"`` (None stays None);
-    ValueError naming the value otherwise."""
-    if value is None:
-        return None
-    if isinstance(value, int) and not isinstance(value, bool) and value > 0:
-        return value
-    if isinstance(value, str):
-        found = re.fullmatch(r"\s*(\d+(?:\.\d+)?)\s*([A-Za-z]*)\s*", value)
-        if found and found.group(2).upper() in _UNITS:
-            size = int(float(found.group(1)) * _UNITS[found.group(2).upper()])
-            if size > 0:
-                return size
-    raise ValueError(f"{name} must be bytes > 0 (an int, or a string like '50GB'), got {value!r}")
 
 
 def shard_key(url: str, version: str | None) -> str:

@@ -15,26 +15,11 @@ from collections.abc import Callable, Iterable, Sequence
 
 import numpy as np
 
-from sampler.plan import Plan, all_plans
+from sampler.plan import all_plans, plan_intervals
 
 from .cache import shard_key
 
-__all__ = ["NextUse", "plan_intervals"]
-
-
-def plan_intervals(plan: Plan) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
-    """(shards, starts, ends): per piece of the plan, its shard and the shares of the plan
-    (in [0, 1]) read when its block of interleaved pieces starts and ends."""
-    n = plan.shards.size
-    total = len(plan)
-    if n == 0 or total == 0:
-        empty = np.zeros(0)
-        return plan.shards[:0], empty, empty
-    window = plan.window if plan.keys is not None else 1
-    firsts = np.arange(0, n, window)
-    before = np.concatenate(([0], np.cumsum(np.add.reduceat(plan.sizes, firsts))))
-    block = np.arange(n) // window
-    return plan.shards, before[block] / total, before[block + 1] / total
+__all__ = ["NextUse"]
 
 
 class NextUse:

@@ -2,11 +2,12 @@
 
 from __future__ import annotations
 
+import re
 from typing import Any
 
 import numpy as np
 
-__all__ = ["IntLike", "as_int"]
+__all__ = ["IntLike", "as_int", "parse_size"]
 
 IntLike = int | np.integer[Any]  # what integer arguments accept
 
@@ -27,3 +28,23 @@ def as_int(name: str, value: object, minimum: int | None = None, what: str | Non
     if minimum is not None and number < minimum:
         raise ValueError(f"{name} must be {expected}, got {number}")
     return number
+
+
+_UNITS = {"": 1, "B": 1, "KB": 10**3, "MB": 10**6, "GB": 10**9, "TB": 10**12}
+_UNITS |= {"KIB": 2**10, "MIB": 2**20, "GIB": 2**30, "TIB": 2**40}
+
+
+def parse_size(value: object, name: str = "cache_limit") -> int | None:
+    """Bytes from an int or a string like ``"50GB"`` / ``"512MiB"`` (None stays None);
+    ValueError naming the value otherwise."""
+    if value is None:
+        return None
+    if isinstance(value, int) and not isinstance(value, bool) and value > 0:
+        return value
+    if isinstance(value, str):
+        found = re.fullmatch(r"\s*(\d+(?:\.\d+)?)\s*([A-Za-z]*)\s*", value)
+        if found and found.group(2).upper() in _UNITS:
+            size = int(float(found.group(1)) * _UNITS[found.group(2).upper()])
+            if size > 0:
+                return size
+    raise ValueError(f"{name} must be bytes > 0 (an int, or a string like '50GB'), got {value!r}")

@@ -38,6 +38,7 @@ __all__ = [
     "build_plan",
     "line_of",
     "piece_cuts",
+    "plan_intervals",
     "span_plan",
 ]
 
@@ -414,6 +415,21 @@ def span_plan(
             piece_cuts(groups[int(s)], int(a), int(b)) for s, a, b in zip(shards, starts, stops)
         )
     return Plan(shards=shards, starts=starts, stops=stops, keys=keys, window=window, cuts=cuts)
+
+
+def plan_intervals(plan: Plan) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """(shards, starts, ends): per piece of the plan, its shard and the shares of the plan
+    (in [0, 1]) read when its block of interleaved pieces starts and ends."""
+    n = plan.shards.size
+    total = len(plan)
+    if n == 0 or total == 0:
+        empty = np.zeros(0)
+        return plan.shards[:0], empty, empty
+    window = plan.window if plan.keys is not None else 1
+    firsts = np.arange(0, n, window)
+    before = np.concatenate(([0], np.cumsum(np.add.reduceat(plan.sizes, firsts))))
+    block = np.arange(n) // window
+    return plan.shards, before[block] / total, before[block + 1] / total
 
 
 def _runs_of(values: I64Array) -> list[I64Array]:

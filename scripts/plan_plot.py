@@ -13,7 +13,7 @@ from typing import Any
 
 import numpy as np
 
-__all__ = ["human_bytes", "plot"]
+__all__ = ["human_bytes", "plot", "plot_cache"]
 
 MAX_DRAWN_SHARDS = 4000  # beyond this the epoch line shows rank spans and straddles only
 
@@ -145,3 +145,34 @@ def _passes(ax: Any, doc: dict[str, Any]) -> None:
 
     ax.xaxis.set_major_locator(MaxNLocator(integer=True))
     ax.set_xlim(doc["epoch"] - 4, doc["epoch"] + 20)
+
+
+def plot_cache(doc: dict[str, Any], path: str) -> None:
+    """The node cache simulation: per epoch, bytes the simulated nodes read and what
+    next-use eviction and LRU fetch from remote storage (summed over the nodes)."""
+    plt = _pyplot()
+    from matplotlib.ticker import FuncFormatter
+
+    rows = doc["per_node_epoch"]
+    epochs = np.arange(doc["epochs"])
+    fig, ax = plt.subplots(figsize=(9, 4))
+    bars = [
+        ("share", "node reads", "tab:gray"),
+        ("next_use", "fetched, next-use", "tab:blue"),
+        ("lru", "fetched, LRU", "tab:red"),
+    ]
+    for k, (key, label, color) in enumerate(bars):
+        values = [sum(r[key] for r in rows if r["epoch"] == e) for e in epochs]
+        ax.bar(epochs + (k - 1) * 0.27, values, 0.27, label=label, color=color)
+    ax.set_xticks(epochs)
+    ax.set_xlabel("epoch")
+    ax.yaxis.set_major_formatter(FuncFormatter(human_bytes))
+    limit = doc["cache_limit"]
+    ax.set_title(
+        f"{doc['simulated_nodes']} of {doc['nodes']} nodes, cache "
+        f"{human_bytes(limit) if limit else 'unbounded'} a node, locality {doc['locality']}"
+    )
+    ax.legend()
+    fig.tight_layout()
+    fig.savefig(path, dpi=110)
+    plt.close(fig)

@@ -33,6 +33,7 @@ def settings(args: argparse.Namespace) -> dict[str, Any]:
         "drop_last": args.drop_last,
         "num_replicas": args.world_size,
         "window": DEFAULT_WINDOW if not args.no_shuffle else 1,
+        "local_world_size": args.local_world_size if args.locality == "node" else None,
     }
 
 

@@ -31,6 +31,7 @@ import numpy as np
 from tqdm import tqdm
 
 from loader.errors import ShardError
+from sampler.checks import parse_size
 from sampler.epoch import epoch_line, rank_length
 from sampler.mixing import distinct_per_batch
 from sampler.plan import all_plans
@@ -38,12 +39,14 @@ from sampler.plan import all_plans
 # torch-free imports only: a simulated plan never imports torch (2.5 s of the command
 # otherwise); indexing a SOURCE imports the loader (and torch) when it is asked for
 try:  # run as scripts/plan_shards.py, or installed as shardstream_scripts.plan_shards
+    from plan_cache import DEFAULT_SIM_NODES, cache_doc, print_cache
     from plan_mixture import StreamArg, mixture_doc, parse_stream
-    from plan_plot import plot
+    from plan_plot import plot, plot_cache
     from plan_rank import print_rank, rank_doc, settings, sizes_of
 except ImportError:
+    from shardstream_scripts.plan_cache import DEFAULT_SIM_NODES, cache_doc, print_cache
     from shardstream_scripts.plan_mixture import StreamArg, mixture_doc, parse_stream
-    from shardstream_scripts.plan_plot import plot
+    from shardstream_scripts.plan_plot import plot, plot_cache
     from shardstream_scripts.plan_rank import print_rank, rank_doc, settings, sizes_of
 
 if TYPE_CHECKING:
@@ -120,7 +123,42 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
         help="a stream of a mixture (repeatable); SOURCE may be simulate:SHARDSxRECORDS",
     )
     p.add_argument("--epoch-size", type=int, metavar="E", help="a mixture's records an epoch")
+    p.add_argument("--local-world-size", type=int, metavar="W", help="ranks per node (default 1)")
+    p.add_argument("--locality", choices=["node"], help="nodes keep their records every epoch")
+    p.add_argument("--epochs", type=int, metavar="E", help="simulate a node cache over E epochs")
+    p.add_argument(
+        "--cache-limit", metavar="BYTES", help="the node cache's size, e.g. 50GB (none: no bound)"
+    )
+    p.add_argument(
+        "--sim-nodes",
+        type=int,
+        default=DEFAULT_SIM_NODES,
+        metavar="N",
+        help=f"nodes the cache simulation runs (default {DEFAULT_SIM_NODES}; the rest are alike)",
+    )
+    p.add_argument(
+        "--shard-bytes",
+        type=int,
+        default=100_000_000,
+        metavar="B",
+        help="with --simulate-shards: stored bytes a shard (default 100 MB)",
+    )
     args = p.parse_args(argv)
+    try:
+        args.cache_limit = parse_size(args.cache_limit, "--cache-limit")
+    except ValueError as e:
+        p.error(str(e))
+    if args.local_world_size is None:
+        args.local_world_size = 1
+    elif args.local_world_size < 1 or args.world_size % args.local_world_size:
+        p.error(
+            f"--local-world-size {args.local_world_size} must divide --world-size {args.world_size}"
+        )
+    args.cache = args.epochs is not None or args.cache_limit is not None
+    if args.cache and (args.stream or args.rank is not None):
+        p.error("--epochs / --cache-limit simulate one source's node cache: no --stream, --rank")
+    if args.cache and args.epochs is None:
+        args.epochs = 2
     if args.index_workers < 1:
         p.error(f"--index-workers must be >= 1, got {args.index_workers}")
     if args.stream:
@@ -312,6 +350,13 @@ def _line(args: argparse.Namespace, index: ShardIndex | None) -> tuple[np.ndarra
     return line.ends, rank_length(line.num_records, args.world_size, args.drop_last)
 
 
+def shard_bytes(args: argparse.Namespace, index: ShardIndex | None) -> np.ndarray:
+    """(S,) stored bytes of each shard (simulated: --shard-bytes each)."""
+    if index is None:
+        return np.full(args.simulate_shards, args.shard_bytes, dtype=np.float64)
+    return np.asarray(index.table.column("bytes").to_numpy(), dtype=np.float64)
+
+
 def main(argv: list[str] | None = None) -> int:
     args = parse_args(argv)
     try:
@@ -321,6 +366,12 @@ def main(argv: list[str] | None = None) -> int:
             doc = mixture_doc(args, load_streams(args))
             if args.plot:
                 plot(doc, args.plot, None)
+        elif args.cache:
+            index = load_index(args)
+            sizes = sizes_of(args, index)
+            doc = cache_doc(args, sizes, shard_bytes(args, index), settings(args))
+            if args.plot:
+                plot_cache(doc, args.plot)
         else:
             index = load_index(args)
             rows, mixing = plan_rows(args, index)
@@ -336,6 +387,8 @@ def main(argv: list[str] | None = None) -> int:
         print_rank(doc)
     elif args.stream:
         print_mixture(doc)
+    elif args.cache:
+        print_cache(doc)
     else:
         print_table(doc)
     return 0
