@@ -65,6 +65,9 @@ def parse_args() -> argparse.Namespace:
     p.add_argument("--checkpoint-every", type=int, default=20, help="steps between checkpoints")
     p.add_argument("--step-delay", type=float, default=0.0, help="sleep per step (a slower GPU)")
     p.add_argument("--storage-options", help="fsspec/s3fs options as JSON, for s3:// data")
+    p.add_argument(
+        "--cache-dir", help="the node cache's folder: remote bytes read once, later epochs from it"
+    )
     p.add_argument("--mixture", help=argparse.SUPPRESS)  # the generated sources' folder
     return p.parse_args()
 
@@ -156,7 +159,12 @@ class Job:
         self.device = torch.device(f"cuda:{os.environ['LOCAL_RANK']}" if cuda else "cpu")
         torch.manual_seed(args.seed)
         options = json.loads(args.storage_options) if args.storage_options else None
-        common = {"columns": ["id", "tokens"], "batch_size": args.batch_size, "seed": args.seed}
+        common = {
+            "columns": ["id", "tokens"],
+            "batch_size": args.batch_size,
+            "seed": args.seed,
+            "cache_dir": args.cache_dir,
+        }
         if args.mixture:
             streams = [
                 Stream(f"{args.mixture}/{name}", weight=w[3], name=name)
@@ -245,8 +253,20 @@ class Job:
             self.save()
             if self.rank == 0:
                 padded = self.world * len(self.ds.sampler)  # a single source's, padding included
-                stall = self.ds.stats()["stall_fraction"]
-                report(epoch, records, elapsed, loss, trained, expected, self.world, padded, stall)
+                stats = self.ds.stats()
+                report(
+                    epoch,
+                    records,
+                    elapsed,
+                    loss,
+                    trained,
+                    expected,
+                    self.world,
+                    padded,
+                    stats["stall_fraction"],
+                )
+                if self.args.cache_dir:
+                    print(cache_line(epoch, stats), flush=True)
 
 
 def planned_ids(ds: StreamingDataset, world: int, epoch: int) -> dict[str, list[list[int]]]:
@@ -323,6 +343,19 @@ def report(
     )
     if not ok:
         raise SystemExit(1)
+
+
+def cache_line(epoch: int, stats: dict) -> str:
+    """What rank 0 read from the node cache this epoch, against what it read in all."""
+    hit, fetched = stats["cache_hit_bytes"], stats["bytes_fetched"]
+    if hit + fetched == 0:
+        return f"epoch {epoch}: node cache: nothing read"
+    held = stats["cache_held_bytes"] / 1e6
+    return (
+        f"epoch {epoch}: node cache served {hit / 1e6:,.1f} MB of rank 0's "
+        f"{(hit + fetched) / 1e6:,.1f} MB ({hit / (hit + fetched):.0%}); it holds "
+        f"{held:,.1f} MB" + ("" if hit or held else " (local data is read in place, never copied)")
+    )
 
 
 def main() -> int:

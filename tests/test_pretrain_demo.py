@@ -93,3 +93,31 @@ def test_a_rank_killed_mid_epoch_resumes_from_the_last_checkpoint(tmp_path: Path
     assert start is not None and int(start.group(1)) % 20 == 0 and int(start.group(1)) > 0
     (epoch,) = EPOCH.findall(resumed)
     assert epoch[4] == ONCE  # counting from the checkpoint: every record once in its pass
+
+
+def test_cache_dir_serves_the_second_epoch_from_disk(tmp_path: Path, s3) -> None:  # type: ignore[no-untyped-def]
+    """--data on S3 with --cache-dir: the second epoch's line says the node cache served
+    all of rank 0's bytes."""
+    import json
+
+    sys.path.insert(0, str(REPO / "scripts"))
+    from pretrain_demo import make_source
+
+    make_source(tmp_path / "src", 4, 500, 0, 0)
+    fs = s3.fs()
+    fs.mkdir("demo")
+    fs.put(str(tmp_path / "src") + "/", "demo/src/", recursive=True)
+    out = run(
+        "--data",
+        "s3://demo/src",
+        "--storage-options",
+        json.dumps(s3.storage_options),
+        "--cache-dir",
+        str(tmp_path / "cache"),
+        "--checkpoint",
+        str(tmp_path / "ckpt.pt"),
+    )
+    lines = re.findall(r"^epoch (\d): node cache served .* \((\d+)%\); it holds .*$", out, re.M)
+    assert [e for e, _ in lines] == ["0", "1"], out
+    assert lines[1][1] == "100", out
+    assert len(EPOCH.findall(out)) == 2
