@@ -31,21 +31,27 @@ copy), bounded by LRU or not at all, and cannot check what they hand back. So:
 from __future__ import annotations
 
 import contextlib
-import hashlib
 import logging
 import os
-import re
-import socket
-import struct
 import threading
 import time
-import zlib
 from collections.abc import Callable, Iterator, Sequence
 from pathlib import Path
 from typing import Any, Protocol
 
 from sampler.checks import parse_size
 
+from .cache_files import (
+    CLAIM_WAIT,
+    NAME,
+    TEMP,
+    claim,
+    dead_claim,
+    file_bytes,
+    read_block,
+    shard_key,
+    write_block,
+)
 from .stats import current
 from .storage import Indexed, check_version
 
@@ -54,15 +60,8 @@ __all__ = ["BLOCK", "NodeCache", "parse_size", "reading_shard"]
 log = logging.getLogger(__name__)
 
 BLOCK = 1 << 20  # bytes a cached block holds (the unit fetched, kept and evicted)
-CLAIM_WAIT = 30.0  # seconds a claim is honoured; an older one is a dead process's
 POLL = 0.01  # seconds between looks at a block another process is fetching
 RESCAN = 1.0  # seconds the folder's listing is trusted for (the node's writes change it)
-PIECE = 1 << 16  # bytes each checksum covers: a read checks only the pieces it reads
-# after the data: a CRC-32 per piece, then the trailer: magic, number of CRCs, data length
-_TRAILER = struct.Struct("<4sIQ")
-_MAGIC = b"SSC1"
-_NAME = re.compile(r"^([0-9a-f]{32})-(\d+)-(\d+)\.blk$")
-_TEMP = re.compile(r"^[0-9a-f]{32}-\d+-\d+\.blk\.\d+\.\d+\.tmp$")
 
 Fetch = Callable[[Sequence[str], Sequence[int], Sequence[int], Sequence[Indexed]], list[bytes]]
 
@@ -73,32 +72,6 @@ class Future(Protocol):
     def shard_of(self, key: str) -> int | None: ...
     def next_use(self, shards: Sequence[int], after: bool = False) -> list[float]: ...
     def reached(self, shard: int) -> None: ...
-
-
-def shard_key(url: str, version: str | None) -> str:
-    """32 hex digits naming (url, version): the prefix of every block file of the shard."""
-    return hashlib.sha256(f"{url}\0{version}".encode()).hexdigest()[:32]
-
-
-def _dead_claim(claim: Path) -> bool:
-    """Whether a claim was left by a process that is gone: one of this host no longer
-    running, or any older than CLAIM_WAIT."""
-    try:
-        age = time.time() - claim.stat().st_mtime
-        host, pid = claim.read_text().split()
-    except (FileNotFoundError, ValueError):
-        return False  # released, or being written
-    if age > CLAIM_WAIT:
-        return True
-    if host != socket.gethostname():
-        return False
-    try:
-        os.kill(int(pid), 0)
-    except ProcessLookupError:
-        return True
-    except (PermissionError, ValueError):
-        return False
-    return False
 
 
 _local = threading.local()
@@ -132,6 +105,7 @@ class NodeCache:
         limit: int | None = None,
         future: Future | None = None,
         policy: str = "next-use",
+        sharers: int = 1,
     ) -> None:
         if policy not in ("next-use", "lru"):
             raise ValueError(f"policy must be 'next-use' or 'lru', got {policy!r}")
@@ -144,8 +118,13 @@ class NodeCache:
         self._pending: dict[str, int] = {}  # blocks being written (their room reserved)
         self._changed: dict[str, int | None] = {}  # written (bytes) or deleted (None) here
         self._held: dict[str, int] = {}  # block file name -> bytes on disk
+        self._inflight: dict[str, int] = {}  # blocks others were fetching at the listing
         self._scanned = -float("inf")
         self._checked: set[str] = set()  # shards (url keys) checked against the remote
+        # the node's processes writing to the folder, and what this one wrote since it
+        # last listed the folder: the others are assumed to have written as much
+        self.sharers = max(1, sharers)
+        self._since_scan = 0
 
     # --- reading ---------------------------------------------------------------------
 
@@ -185,31 +164,59 @@ class NodeCache:
             self._check_remote(fs, {needs[k][0] for k in parts}, urls, indexed)
             current().add("cache_hit_bytes", sum(len(d) for d in parts.values()))
         whole: dict[str, bytes] = {}  # block name -> the whole block
-        mine = []
+        keep: list[str] = []  # blocks this process fetches whole, to keep
+        passed: set[str] = set()  # blocks the policy does not keep: only what is read
         for name in missing:
-            if self._claim(name):
-                data = self._get(name)  # written by another process since it was missing?
-                if data is None:
-                    mine.append(name)
-                    continue
+            if not self._claim(name):
+                continue  # another process of the node is fetching it
+            data = self._get(name)  # written by another process since it was missing?
+            if data is not None:
                 self._unclaim(name)
                 whole[name] = data
                 current().add("cache_hit_bytes", len(data))
-        try:
-            whole.update(self._fetch(mine, missing, urls, indexed, fetch))
-        finally:
-            for name in mine:
+            elif self._reserve(name, missing[name][2] - missing[name][1]):
+                keep.append(name)
+            else:
                 self._unclaim(name)
-        late = []
+                passed.add(name)
+        try:
+            whole.update(self._fetch(keep, missing, urls, indexed, fetch))
+        finally:
+            for name in keep:
+                self._unclaim(name)
+            with self._lock:  # reservations of blocks a failed fetch never wrote
+                for name in keep:
+                    self._pending.pop(name, None)
         for name in missing:  # fetched by another process of the node: wait for it
-            if name not in whole:
+            if name not in whole and name not in passed:
                 data = self._wait(name)
-                if data is None:
-                    late.append(name)
-                else:
+                if data is not None:
                     whole[name] = data
                     current().add("cache_hit_bytes", len(data))
-        whole.update(self._fetch(late, missing, urls, indexed, fetch))
+        # what no block kept holds (not kept, or its fetcher gave up): the bytes read only
+        exact = [k for k, n in enumerate(needs) if k not in parts and n[1] not in whole]
+        runs: list[list[int]] = []  # consecutive needs of one range: one request
+        for k in exact:
+            if runs and needs[runs[-1][-1]][0] == needs[k][0] and k == runs[-1][-1] + 1:
+                runs[-1].append(k)
+            else:
+                runs.append([k])
+        got = (
+            fetch(
+                [urls[needs[r[0]][0]] for r in runs],
+                [needs[r[0]][2] + needs[r[0]][4] for r in runs],
+                [needs[r[-1]][2] + needs[r[-1]][5] for r in runs],
+                [indexed[needs[r[0]][0]] for r in runs],
+            )
+            if runs
+            else []
+        )
+        for run, blob in zip(runs, got):
+            at = 0
+            for k in run:
+                n = needs[k][5] - needs[k][4]
+                parts[k] = blob[at : at + n]
+                at += n
         out: list[list[bytes]] = [[] for _ in urls]
         for k, (i, name, _, _, x, y) in enumerate(needs):
             out[i].append(parts[k] if k in parts else whole[name][x:y])
@@ -223,8 +230,8 @@ class NodeCache:
         indexed: Sequence[Indexed],
         fetch: Fetch,
     ) -> dict[str, bytes]:
-        """Fetch the blocks `names` (consecutive blocks of a file in one range) and keep
-        them as the policy allows."""
+        """Fetch the blocks `names` (consecutive blocks of a file in one range) and write
+        them (their room is reserved)."""
         if not names:
             return {}
         runs: list[tuple[int, int, int, list[str]]] = []  # (url index, start, end, names)
@@ -244,12 +251,12 @@ class NodeCache:
         for (_, lo, _, run), blob in zip(runs, data):
             if len(run) == 1 and len(blob) == blocks[run[0]][2] - blocks[run[0]][1]:
                 out[run[0]] = blob
-                self._put(run[0], blob)
+                self._write(run[0], blob)
                 continue
             for name in run:
                 _, a, b = blocks[name]
                 out[name] = blob[a - lo : b - lo]
-                self._put(name, out[name])
+                self._write(name, out[name])
         return out
 
     def _check_remote(
@@ -270,78 +277,50 @@ class NodeCache:
     # --- the files ---------------------------------------------------------------------
 
     def _get(self, name: str, x: int = 0, y: int | None = None) -> bytes | None:
-        """Bytes [x, y) of the block (y None: its end) if the folder holds it intact (the
-        size, the trailer and the checksums of the pieces read); a damaged block is
-        deleted and None returned."""
-        m = _NAME.match(name)
-        assert m is not None
-        n = int(m.group(3)) - int(m.group(2))
-        y = n if y is None else y
+        """Bytes [x, y) of the block (y None: its end) if the folder holds it intact (see
+        `read_block`); a damaged block is logged, deleted and None returned."""
         path = self.folder / name
-        crcs = -(-n // PIECE)
-        try:
-            with open(path, "rb") as f:
-                size = os.fstat(f.fileno()).st_size
-                problem = None
-                if size != n + 4 * crcs + _TRAILER.size:
-                    problem = f"{size} bytes, expected {n + 4 * crcs + _TRAILER.size}"
-                else:
-                    f.seek(n)
-                    tail = f.read()
-                    magic, count, length = _TRAILER.unpack_from(tail, 4 * crcs)
-                    if magic != _MAGIC or count != crcs or length != n:
-                        problem = "its trailer is not the cache's"
-                    else:
-                        p0, p1 = x // PIECE, -(-y // PIECE)
-                        f.seek(p0 * PIECE)
-                        data = f.read(min(n, p1 * PIECE) - p0 * PIECE)
-                        want = struct.unpack_from(f"<{p1 - p0}I", tail, 4 * p0)
-                        view = memoryview(data)
-                        for k, crc in enumerate(want):
-                            if zlib.crc32(view[k * PIECE : (k + 1) * PIECE]) != crc:
-                                problem = f"the checksum of bytes [{(p0 + k) * PIECE}, ...) fails"
-                                break
-        except FileNotFoundError:
-            return None
+        data, problem = read_block(path, x, y)
         if problem is not None:
             log.warning("cache: %s is damaged (%s): fetching the block again", path, problem)
             self._delete(name)
             return None
-        if self.policy == "lru":
+        if data is not None and self.policy == "lru":
             with contextlib.suppress(OSError):
                 os.utime(path)  # recency is the file's mtime, shared by the node
-        skip = x - p0 * PIECE
-        return data[skip : skip + (y - x)] if (skip or len(data) != y - x) else data
+        return data
 
     def _put(self, name: str, data: bytes) -> None:
         """Write the block atomically if the policy keeps it."""
-        need = len(data) + 4 * -(-len(data) // PIECE) + _TRAILER.size
+        if self._reserve(name, len(data)):
+            self._write(name, data)
+
+    def _reserve(self, name: str, size: int) -> bool:
+        """Whether the policy keeps a block of `size` data bytes; if so its room is made
+        (evicting as the policy says) and reserved until `_write`."""
+        need = file_bytes(size)
         with self._room:  # decide and reserve at once: reader threads put concurrently
             if not self._make_room(name, need):
-                return
+                return False
             with self._lock:
                 self._pending[name] = need
-        tmp = self.folder / f"{name}.{os.getpid()}.{threading.get_ident()}.tmp"
+        return True
+
+    def _write(self, name: str, data: bytes) -> None:
+        """Write a reserved block atomically: a temporary name, then a rename."""
         try:
-            view = memoryview(data)
-            crcs = [zlib.crc32(view[at : at + PIECE]) for at in range(0, len(data), PIECE)]
-            with open(tmp, "wb") as f:
-                f.write(data)
-                f.write(struct.pack(f"<{len(crcs)}I", *crcs))
-                f.write(_TRAILER.pack(_MAGIC, len(crcs), len(data)))
-            os.replace(tmp, self.folder / name)
+            write_block(self.folder / name, data)
         except OSError as e:  # a full disk must not fail the read: the bytes are here
             log.warning("cache: cannot write %s (%s): not cached", self.folder / name, e)
-            with contextlib.suppress(OSError):
-                tmp.unlink()
             with self._lock:
                 self._pending.pop(name, None)
             return
         with self._lock:
-            self._held[name] = self._changed[name] = self._pending.pop(name)
+            size = self._pending.pop(name, 0)
+            self._held[name] = self._changed[name] = size
 
     def _delete(self, name: str) -> None:
-        if _NAME.match(name) is None:  # never a file the cache did not name
+        if NAME.match(name) is None:  # never a file the cache did not name
             raise AssertionError(f"cache: refusing to delete {name!r}")
         with contextlib.suppress(FileNotFoundError):
             (self.folder / name).unlink()
@@ -351,20 +330,7 @@ class NodeCache:
 
     def _claim(self, name: str) -> bool:
         """Whether this process now fetches the block (False: another one is)."""
-        claim = self.folder / f"{name}.claim"
-        for _ in range(2):
-            try:
-                fd = os.open(claim, os.O_CREAT | os.O_EXCL | os.O_WRONLY)
-            except FileExistsError:
-                if not _dead_claim(claim):
-                    return False
-                with contextlib.suppress(FileNotFoundError):
-                    claim.unlink()  # a dead process's claim
-                continue
-            with os.fdopen(fd, "w") as f:
-                f.write(f"{socket.gethostname()} {os.getpid()}")
-            return True
-        return False
+        return claim(self.folder / f"{name}.claim")
 
     def _unclaim(self, name: str) -> None:
         with contextlib.suppress(FileNotFoundError):
@@ -377,7 +343,7 @@ class NodeCache:
         deadline = time.monotonic() + CLAIM_WAIT
         while time.monotonic() < deadline:
             data = self._get(name)
-            if data is not None or not claim.exists() or _dead_claim(claim):
+            if data is not None or not claim.exists() or dead_claim(claim):
                 return data if data is not None else self._get(name)
             time.sleep(POLL)
         return None
@@ -386,27 +352,34 @@ class NodeCache:
 
     def held(self, rescan: bool = False) -> dict[str, int]:
         """{block file name: bytes on disk} of the folder (re-listed when older than RESCAN
-        seconds, or when asked); temporary files a killed process left are removed."""
+        seconds, or when asked), counting the blocks being fetched (claimed: by this
+        process or another of the node) at their size; temporary files a killed process
+        left are removed."""
         now = time.monotonic()
         if rescan or now - self._scanned > RESCAN:
             with self._lock:  # what this process writes and deletes during the listing
                 self._changed = {}
             found: dict[str, int | None] = {}
+            inflight: dict[str, int] = {}  # blocks being fetched (claimed), by their names
             with os.scandir(self.folder) as entries:
                 for e in entries:
-                    if _NAME.match(e.name):
+                    if NAME.match(e.name):
                         with contextlib.suppress(FileNotFoundError):
                             found[e.name] = e.stat().st_size
-                    elif _TEMP.match(e.name):
+                    elif e.name.endswith(".claim") and (m := NAME.match(e.name[:-6])):
+                        inflight[e.name[:-6]] = file_bytes(int(m.group(3)) - int(m.group(2)))
+                    elif TEMP.match(e.name):
                         with contextlib.suppress(FileNotFoundError):
                             if time.time() - e.stat().st_mtime > CLAIM_WAIT:
                                 os.unlink(e.path)
             with self._lock:
                 found.update(self._changed)
                 self._held = {n: b for n, b in found.items() if b is not None}
+                self._inflight = {n: b for n, b in inflight.items() if n not in self._held}
                 self._scanned = now
+                self._since_scan = 0
         with self._lock:
-            return {**self._held, **self._pending}
+            return {**self._inflight, **self._held, **self._pending}
 
     def held_bytes(self) -> int:
         """Bytes the folder holds in blocks (re-listed now)."""
@@ -418,24 +391,31 @@ class NodeCache:
             return True
         if need > self.limit:
             return False
+        # this process's view, plus what the node's other processes may have written
+        # since it was listed (as much as this one): listed again only when that could
+        # pass the limit
         held = self.held()
-        total = sum(held.values())
+        total = sum(held.values()) + (self.sharers - 1) * self._since_scan
+        if total + need > self.limit:
+            held = self.held(rescan=True)
+            total = sum(held.values())
         if total + need <= self.limit:
-            return True
-        held = self.held(rescan=True)
-        total = sum(held.values())
-        if total + need <= self.limit:
+            self._since_scan += need
             return True
         with self._lock:
-            writing = set(self._pending)
+            writing = {*self._pending, *self._inflight}
         victims = self._victims(name, {n: b for n, b in held.items() if n not in writing})
         if victims is None or total - sum(held[v] for v in victims) + need > self.limit:
             return False  # what may go would not make room: evict nothing
+        # room for this block, and for one more block of each process (so the next
+        # writes need not list the folder again), from blocks needed later than this one
+        room = need + (self.sharers - 1) * self.block
         for victim in victims:
-            if total + need <= self.limit:
+            if total + need <= self.limit and total + room <= self.limit:
                 break
             self._delete(victim)
             total -= held[victim]
+        self._since_scan += need
         return total + need <= self.limit
 
     def _victims(self, name: str, held: dict[str, int]) -> list[str] | None:

@@ -17,7 +17,7 @@ import numpy as np
 
 from sampler.plan import all_plans, plan_intervals
 
-from .cache import shard_key
+from .cache_files import shard_key
 
 __all__ = ["NextUse"]
 

@@ -95,8 +95,9 @@ class NodeOptions:
         least recently read block instead: its future is not planned (yet)."""
         if self.cache_dir is None:
             return None
+        sharers = self.local_world_size * max(1, num_workers)  # processes on the folder
         if sampler is None:  # a mixture's stream: its passes' future is not computed
-            return NodeCache(self.cache_dir, self.cache_limit, None, "lru")
+            return NodeCache(self.cache_dir, self.cache_limit, None, "lru", sharers)
         future = None
         if self.cache_limit is not None and self.policy == "next-use":
             node = sampler.rank // self.local_world_size
@@ -116,7 +117,7 @@ class NodeOptions:
                 window=sampler.window,
                 local_world_size=self.node_size,
             )
-        return NodeCache(self.cache_dir, self.cache_limit, future, self.policy)
+        return NodeCache(self.cache_dir, self.cache_limit, future, self.policy, sharers)
 
     def held_bytes(self) -> int:
         """Bytes the cache folder holds in blocks (0 without a cache)."""

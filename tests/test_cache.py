@@ -336,3 +336,17 @@ def test_a_mixture_stream_has_its_own_cache(s3: Any, tmp_path: Path) -> None:
             fetched.append({p.split("/")[2] for p, _ in proxy.gets})
     assert fetched[0] == {"a", "b"} and fetched[1] == {"b"}
     assert all(BLOCK_FILE.match(p.name) for p in (tmp_path / "a").iterdir())
+
+
+def test_a_nodes_ranks_together_stay_within_the_limit(
+    s3: Any, tmp_path: Path, small_blocks: int
+) -> None:
+    """Two ranks (two cache objects, as two processes) write one folder at once: what it
+    holds never passes cache_limit (each assumes the other wrote as much as it did)."""
+    url = upload(s3)
+    index = ShardIndex.build(url, storage_options=s3.storage_options)
+    limit = 200_000
+    for epoch in range(3):
+        node_epoch(index, s3.storage_options, tmp_path / "n", epoch, cache_limit=limit)
+        held = sum(p.stat().st_size for p in (tmp_path / "n").glob("*.blk"))
+        assert 0.5 * limit < held <= limit, (epoch, held)
