@@ -32,7 +32,7 @@ def epoch_of(sizes, world, local, seed, epoch, drop_last, workers=1):
     return out
 
 
-@settings(max_examples=60, deadline=None)
+@settings(max_examples=30, deadline=None)
 @given(
     sizes=st.lists(st.integers(0, 40), min_size=1, max_size=25).filter(lambda s: sum(s) > 0),
     nodes=st.integers(1, 3),
