@@ -5,7 +5,8 @@ file named from a hash of (url, version) and the block's byte range, so no URL c
 path and a rewritten shard (another version) never matches an old block. A read of bytes
 [a, b) takes the blocks covering it from disk and fetches the missing ones (consecutive
 ones in one request), whole: the reads of a node's ranks and epochs cut shards at
-different rows, and aligned blocks are what they share.
+different rows, and aligned blocks are what they share. The block file format and the
+claims are in loader.cache_files.
 
 fsspec's own caches (``filecache``, ``blockcache``) do not fit: they key by path, not by
 the indexed version; they are per process (a node's ranks would each fetch and hold their
@@ -23,8 +24,11 @@ copy), bounded by LRU or not at all, and cannot check what they hand back. So:
   StaleIndexError as an uncached read does, rather than being served from the old copy;
 - with a `limit`, blocks are evicted by next use: the node's plans say when each shard is
   read next (`loader.cache_plan.NextUse`), the block needed furthest ahead goes first, and
-  a block needed later than everything held is not cached (Belady's rule). ``policy="lru"``
-  (least recently read first, for comparison) exists for the benchmark and tests.
+  a block needed later than everything held is not cached (Belady's rule) and is then
+  fetched only where read, not whole. The node's processes share the limit: blocks being
+  fetched (claimed) count as held, and each process assumes the others wrote as much as
+  it did since it last listed the folder. ``policy="lru"`` (least recently read first, for
+  comparison) exists for the benchmark and tests.
 - only files with the cache's own names are ever deleted, and only inside its folder.
 """
 
