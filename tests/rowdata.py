@@ -64,6 +64,20 @@ def write_parquet(root: Path, stream: int, sizes: list[int], row_group_size: int
         first += n
 
 
+def write_arrow(root: Path, stream: int, sizes: list[int], batch_rows: int) -> None:
+    """Arrow IPC files (pyarrow's file format), record batches of `batch_rows`."""
+    import pyarrow.ipc as ipc
+
+    root.mkdir(parents=True, exist_ok=True)
+    first = stream * STRIDE
+    for k, n in enumerate(sizes):
+        t = table(np.arange(first, first + n))
+        with ipc.new_file(str(root / f"part-{k:03d}.arrow"), t.schema) as sink:
+            for batch in t.to_batches(max_chunksize=batch_rows):
+                sink.write_batch(batch)
+        first += n
+
+
 def write_tar(root: Path, stream: int, sizes: list[int]) -> None:
     """Shards written by webdataset's TarWriter: key, text, JSON and class fields."""
     root.mkdir(parents=True, exist_ok=True)
@@ -77,11 +91,11 @@ def write_tar(root: Path, stream: int, sizes: list[int]) -> None:
         first += n
 
 
-def parquet_expected(root: Path) -> dict[int, dict[str, Any]]:
-    """id -> the row as pyarrow.dataset reads it (Python values)."""
+def columns_expected(root: Path, fmt: str = "parquet") -> dict[int, dict[str, Any]]:
+    """id -> the row as pyarrow.dataset reads it (Python values); fmt "parquet" or "arrow"."""
     import pyarrow.dataset as ds
 
-    rows = ds.dataset(str(root), format="parquet").to_table().to_pylist()
+    rows = ds.dataset(str(root), format="ipc" if fmt == "arrow" else fmt).to_table().to_pylist()
     return {r["id"]: r for r in rows}
 
 

@@ -1,8 +1,8 @@
 """A row of a batch is one record, in every mode (DESIGN.md, "How a record travels").
 
-Hypothesis draws the whole matrix: one source or a mixture of 1-4 streams; Parquet or tar
-(webdataset's TarWriter), tar fields decoded or raw; record or batch mode; 0, 1 or 2
-DataLoader workers; shuffle on or off; ranks; a resume mid-epoch. Every column of the data
+Hypothesis draws the whole matrix: one source or a mixture of 1-4 streams; Parquet,
+Arrow IPC or tar (webdataset's TarWriter), tar fields decoded or raw; record or batch mode;
+0, 1 or 2 DataLoader workers; shuffle on or off; ranks; a resume mid-epoch. Every column of the data
 carries the row's id (tests/rowdata.py), and every yielded row is compared, column by
 column, with the record pyarrow.dataset or webdataset reads for that id: a row whose
 columns came from two records, or whose `__stream__` is another stream's, fails.
@@ -34,18 +34,21 @@ class Data(dict[str, Any]):
 @pytest.fixture(scope="module")
 def data(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Any]:
     root = tmp_path_factory.mktemp("rows")
-    out = Data(parquet=[], tar=[])
+    out = Data(parquet=[], arrow=[], tar=[])
     for s, sizes in enumerate(SIZES):
         rowdata.write_parquet(root / f"pq{s}", s, sizes, row_group_size=8)
+        rowdata.write_arrow(root / f"arrow{s}", s, sizes, batch_rows=8)
         rowdata.write_tar(root / f"tar{s}", s, sizes)
         out["parquet"].append(root / f"pq{s}")
+        out["arrow"].append(root / f"arrow{s}")
         out["tar"].append(root / f"tar{s}")
     out["expected"] = {}
     for s in range(len(SIZES)):
-        out["expected"][("parquet", False)] = {
-            **out["expected"].get(("parquet", False), {}),
-            **rowdata.parquet_expected(root / f"pq{s}"),
-        }
+        for fmt, folder in (("parquet", "pq"), ("arrow", "arrow")):
+            out["expected"][(fmt, False)] = {
+                **out["expected"].get((fmt, False), {}),
+                **rowdata.columns_expected(root / f"{folder}{s}", fmt),
+            }
         for decode in (False, True):
             out["expected"][("tar", decode)] = {
                 **out["expected"].get(("tar", decode), {}),
@@ -56,7 +59,7 @@ def data(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Any]:
 
 @st.composite
 def cases(draw: st.DrawFn) -> dict[str, Any]:
-    fmt = draw(st.sampled_from(["parquet", "tar"]))
+    fmt = draw(st.sampled_from(["parquet", "arrow", "tar"]))
     streams = draw(st.integers(0, 4))  # 0: one source, not a mixture
     replicas = draw(st.integers(1, 2))
     case = {
@@ -72,7 +75,7 @@ def cases(draw: st.DrawFn) -> dict[str, Any]:
         "resume": draw(st.floats(0, 1)),
         "columns": None,
     }
-    if fmt == "parquet" and draw(st.booleans()):
+    if fmt != "tar" and draw(st.booleans()):
         rest = draw(st.lists(st.sampled_from(COLUMNS[1:]), min_size=1, unique=True))
         case["columns"] = ["id", *rest]
     if streams:
@@ -91,7 +94,7 @@ def make(data: dict[str, Any], case: dict[str, Any]) -> StreamingDataset:
         "rank": case["rank"],
         "columns": case["columns"],
     }
-    if case["fmt"] == "parquet":
+    if case["fmt"] != "tar":
         read = case["columns"] or COLUMNS
         if "ragged" in read:
             kwargs["pad"] = {"ragged": rowdata.PAD}
@@ -122,7 +125,7 @@ def check_rows(data: dict[str, Any], case: dict[str, Any], items: list[Any]) -> 
         if case["streams"]:
             stream = rid // rowdata.STRIDE
             assert row.pop("__stream__") == (stream if batch else f"s{stream}"), row
-        if case["fmt"] == "parquet":
+        if case["fmt"] != "tar":
             if case["columns"] is not None:
                 want = {c: want[c] for c in case["columns"]}
             if batch:
