@@ -34,7 +34,7 @@ from .options import (
 )
 from .pipeline import PlanReader
 from .retry import RetryPolicy
-from .state import Layout, check_state
+from .state import Layout, check_state, rank_state
 from .stats import LoaderStats, Stats
 from .storage import UrlOrPath
 from .streams import is_mixture
@@ -221,6 +221,7 @@ class StreamingDataset(IterableDataset[Any]):
         self._state = EpochState()  # the epoch, shared with DataLoader workers
         self._cursor = Cursor()  # items handed out in this epoch, in this process
         self._resume: dict[str, Any] | None = None  # the loaded state, until another epoch
+        self._role: int | None = None  # which worker's part this worker reads (loader.state)
 
     def _read_options(
         self,
@@ -267,6 +268,7 @@ class StreamingDataset(IterableDataset[Any]):
         if epoch != self.epoch:
             self._resume = None
             self._cursor.reset()
+            self._role = None
         self.sampler.set_epoch(epoch)
         self._state.select(epoch)
 
@@ -307,10 +309,10 @@ class StreamingDataset(IterableDataset[Any]):
 
     def state_dict(self) -> dict[str, Any]:
         """The items (records, or batches with batch_size) this object has yielded in the
-        epoch, in this process, as a state for `load_state_dict`. Iterated directly
-        (num_workers=0), that is the rank's stream: a full state (see `consumed_state`).
-        Inside a DataLoader worker, that worker's own count {"epoch", "position"}: what
-        torchdata's StatefulDataLoader saves per worker.
+        epoch, in this process, as a state for `load_state_dict`, with the layout they were
+        counted in. Iterated directly (num_workers=0), that is the rank's stream: a rank
+        state (see `consumed_state`). Inside a DataLoader worker, that worker's own count
+        (with its rank and worker): what torchdata's StatefulDataLoader saves per worker.
 
         In the main process after DataLoader workers read this epoch, this object yielded
         nothing itself, and its count would restart the epoch on resume: RuntimeError
@@ -326,25 +328,36 @@ class StreamingDataset(IterableDataset[Any]):
                     "(it asks the workers), or ds.consumed_state(items_your_loop_took, W)"
                 )
             return self.consumed_state(self._cursor.consumed(), 0)
-        state: dict[str, Any] = {"epoch": self.epoch, "position": self._cursor.consumed()}
-        base = self._layout(info.num_workers).base_of(self._resume, self.epoch)
-        if base is not None:
-            state["elastic"] = base
+        layout = self._layout(info.num_workers)
+        if self._role is None:  # not iterated yet: where this worker's reading will start
+            _, skip, self._role = self._worker_part(layout, info.id)
+            self._cursor.reset(skip)
+        state = {
+            **self._layout_state(layout),
+            "position": self._cursor.consumed(),
+            "rank": self.sampler.rank,
+            "worker": self._role,
+        }
         return state
 
     def consumed_state(self, consumed: int, num_workers: int) -> dict[str, Any]:
         """The state after a torch DataLoader with `num_workers` workers has delivered
         `consumed` items of this epoch on this rank (every rank the same count, as in a
-        DDP loop), for `load_state_dict` in the next run: JSON-serializable integers."""
+        DDP loop), for `load_state_dict` in the next run: JSON-serializable integers, the
+        same on every rank, loadable into any number of ranks or workers."""
+        return {**self._layout_state(self._layout(num_workers)), "position": consumed}
+
+    def _layout_state(self, layout: Layout) -> dict[str, Any]:
+        """The epoch and the layout it is read in, as a state records them."""
         state: dict[str, Any] = {
             "epoch": self.epoch,
-            "position": consumed,
-            "num_workers": num_workers,
-            "num_replicas": self.sampler.num_replicas,
-            "batch_size": self.batch_size or 0,
+            "num_workers": layout.num_workers,
+            "num_replicas": layout.num_replicas,
+            "batch_size": layout.batch_size,
+            "num_records": layout.num_records,
             **self.node.state(),
         }
-        base = self._layout(num_workers).base_of(self._resume, self.epoch)
+        base = layout.base_of(self._resume, self.epoch)
         if base is not None:
             state["elastic"] = base
         return state
@@ -353,17 +366,38 @@ class StreamingDataset(IterableDataset[Any]):
         """Continue an epoch: the next iteration of that epoch yields exactly the items not
         yet consumed, reading none of the others (see loader.state).
 
-        Same layout (ranks, workers, batch size): the same items in the same order.
-        Another layout (an elastic resume, e.g. 3 ranks before and 2 now): what no rank
-        consumed is cut into equal contiguous parts over the new ranks and workers, so that
-        across the epoch every record is read once; with drop_last the last (fewer than
-        num_replicas) remaining records are left out, without it the new ranks pad by
-        wrapping to the start of the remainder, as DistributedSampler pads.
+        `state`: one this dataset's `state_dict` or `consumed_state` gave, or a torchdata
+        StatefulDataLoader's whole ``state_dict()`` (its workers' counts are gathered into
+        the rank's). Same layout (ranks, workers, batch size): the same items in the same
+        order. Another layout (an elastic resume, e.g. 3 ranks before and 2 now): what no
+        rank consumed is cut into equal contiguous parts over the new ranks and workers,
+        so that across the epoch every record is read once; with drop_last the last (fewer
+        than num_replicas) remaining records are left out, without it the new ranks pad by
+        wrapping to the start of the remainder, as DistributedSampler pads. One worker's
+        state (what a StatefulDataLoader hands each worker) resumes only in the layout and
+        on the rank it was saved in; a state of another dataset size never resumes: both
+        are a ValueError naming the layouts.
         """
-        state = check_state(state)
+        state = self._accept(state)
         self.set_epoch(state["epoch"])
         self._resume = state
         self._cursor.reset(state["position"])
+        self._role = None
+
+    def _accept(self, state: dict[str, Any]) -> dict[str, Any]:
+        """The state to resume from, checked against this job (loader.state)."""
+        gathered = rank_state(state)
+        state = check_state(gathered if gathered is not None else state)
+        info = get_worker_info()
+        layout = self._layout(info.num_workers if info is not None else 0)
+        layout.check(state, self.sampler.rank, info.id if info is not None else None)
+        return state
+
+    def _worker_part(self, layout: Layout, worker: int) -> tuple[list[Any], int, int]:
+        """(segments, items to skip, role) of this rank's `worker` in this epoch."""
+        if self._resume is not None and self._resume["epoch"] == self.epoch:
+            layout.check(self._resume, self.sampler.rank, worker)
+        return layout.worker_part(self._resume, self.epoch, self.sampler.rank, worker)
 
     def __len__(self) -> int:
         """Records (or batches, with batch_size) this rank yields per epoch; equal on all
@@ -402,7 +436,7 @@ class StreamingDataset(IterableDataset[Any]):
         info = get_worker_info()
         worker, workers = (info.id, info.num_workers) if info is not None else (0, 0)
         layout = self._layout(workers)
-        segments, skip = layout.worker_part(self._resume, self.epoch, self.sampler.rank, worker)
+        segments, skip, self._role = self._worker_part(layout, worker)
         self._cursor.reset(skip)
         records = sum(b - a for *_, a, b in segments)
         start = min(records, skip * layout.item)

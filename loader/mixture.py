@@ -46,7 +46,7 @@ from .mixture_rows import StreamRows, merge, start_all
 from .options import Transform
 from .pipeline import MemoryBudget, PlanReader, decoding_pool, is_local
 from .retry import RetryPolicy
-from .state import Layout, check_state
+from .state import Layout, rank_state
 from .streams import STREAM, Stream, is_mixture
 from .table import ShardGroups
 
@@ -188,6 +188,7 @@ class MixtureDataset(StreamingDataset):
         self._state = EpochState()
         self._cursor = Cursor()
         self._resume: dict[str, Any] | None = None
+        self._role: int | None = None
 
     # --- construction checks ------------------------------------------------------------
 
@@ -264,6 +265,7 @@ class MixtureDataset(StreamingDataset):
         if epoch != self.epoch:
             self._resume = None
             self._cursor.reset()
+            self._role = None
         if not self._resized(epoch):
             self._mix.set_epoch(epoch)
         self._state.select(epoch)
@@ -289,11 +291,14 @@ class MixtureDataset(StreamingDataset):
         The epoch finishes with the saved per-stream counts; the next one starts where the
         saved layout left each stream (recut for this job's ranks) with this dataset's
         weights."""
+        gathered = rank_state(state)
+        state = gathered if gathered is not None else state
         if not isinstance(state, dict) or not isinstance(state.get("streams"), dict):
             raise ValueError(f"a mixture state needs 'streams' (per-stream cursors), got {state!r}")
-        checked = check_state(state)
+        checked = self._accept(state)
         self._resume = checked
         self._cursor.reset(checked["position"])
+        self._role = None
         self._state.select(checked["epoch"])
         epoch, replicas = checked["epoch"], self._root_replicas()
         if replicas == self._mix.num_replicas:
@@ -340,7 +345,7 @@ class MixtureDataset(StreamingDataset):
         worker, workers = (info.id, info.num_workers) if info is not None else (0, 0)
         layout = self._layout(workers)
         epoch = self.epoch
-        segments, skip = layout.worker_part(self._resume, epoch, self._mix.rank, worker)
+        segments, skip, self._role = self._worker_part(layout, worker)
         self._cursor.reset(skip)
         total = sum(b - a for *_, a, b in segments)
         start = min(total, skip * layout.item)

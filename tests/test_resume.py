@@ -103,6 +103,7 @@ def test_resume_through_a_dataloader_from_a_consumed_count(
             "num_workers": workers,
             "num_replicas": 3,
             "batch_size": b,
+            "num_records": 125,
         }
         assert json.loads(json.dumps(state)) == state
         fresh = StreamingDataset(url, num_replicas=3, rank=2, seed=1, batch_size=batch_size)
