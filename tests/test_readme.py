@@ -131,11 +131,16 @@ def test_the_mixture_recipe_runs(workdir: Path, s3: S3, monkeypatch: pytest.Monk
 
 
 def test_the_resume_recipe_resumes(workdir: Path) -> None:
+    """One process (torchrun's is tests/test_resume_recipe.py): 3 epochs of 5 batches,
+    a checkpoint every 2 steps; a second run resumes at step 14, in epoch 2."""
     (code,) = blocks("### Resume after a failure")
-    run(PRELUDE + code)
-    assert (workdir / "ckpt.pt").exists()
+    assert "every = 100" in code
+    code = code.replace("every = 100", "every = 2")
+    scope = run(PRELUDE + code)
+    assert scope["step"] == 15
+    assert (workdir / "ckpt/latest").read_text() == "ckpt/step14"
     scope = run(PRELUDE + code)  # a second run starts from the checkpoint
-    assert scope["start"] == 2
+    assert scope["start"] == 2 and scope["step"] == 15  # the one batch after step 14
 
 
 def test_the_planner_command_runs(workdir: Path) -> None:
