@@ -14,6 +14,8 @@ from sampler.checks import IntLike, as_int
 from sampler.plan import Plan
 from sampler.resume import cut_segments
 
+from .amplification import LIMIT as AMPLIFICATION_LIMIT
+from .amplification import amplification, log, warning_text
 from .batching import regroup
 from .cursor import Cursor
 from .decode import DecodeSpec, make_decoder
@@ -459,6 +461,8 @@ class StreamingDataset(IterableDataset[Any]):
             (self._plan(root, rank, worker), a, b)
             for rank, worker, a, b in cut_segments(segments, start, records)
         ]
+        if worker == 0 and runs and self._state.once():
+            self._warn_amplified(runs[0][0], workers)
         taken = reader.parts(runs, self.batch_size or RECORD_STEP)
         if self.batch_size is None:
             deliveries: Iterator[Any] = (fmt.records(part) for part in taken)
@@ -485,6 +489,13 @@ class StreamingDataset(IterableDataset[Any]):
             done=lambda: self._state.finish(first),
         )
         return itertools.chain.from_iterable(handed)
+
+    def _warn_amplified(self, plan: Plan, workers: int) -> None:
+        """One WARNING when a reader fetches much more than its records' bytes
+        (loader.amplification)."""
+        measured = amplification(self.index, plan)
+        if measured is not None and measured[0] > AMPLIFICATION_LIMIT:
+            log.warning(warning_text(*measured, ranks=self.sampler.num_replicas, workers=workers))
 
     def _name_of(self, shard: int) -> tuple[str, str | None]:
         """(url, version) of a shard: what its node cache blocks are named by."""

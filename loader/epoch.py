@@ -10,7 +10,9 @@ gives three things:
 - ``state_dict()`` in the main process can tell that workers did the reading, where its
   own count (nothing) would be a wrong resume position;
 - a second full pass over the same epoch without ``set_epoch`` (the same order again,
-  without a word) is noticed, and warned about once.
+  without a word) is noticed, and warned about once;
+- a warning given by a worker (read amplification) is given once, not by every worker of
+  every epoch.
 """
 
 from __future__ import annotations
@@ -21,7 +23,7 @@ import torch
 
 __all__ = ["EpochState"]
 
-_EPOCH, _SELECTED, _FINISHED, _WORKERS, _WARNED = range(5)
+_EPOCH, _SELECTED, _FINISHED, _WORKERS, _WARNED, _ONCE = range(6)
 
 
 class EpochState:
@@ -30,7 +32,7 @@ class EpochState:
     current epoch; whether the repeat warning was given."""
 
     def __init__(self) -> None:
-        self._t = torch.zeros(5, dtype=torch.int64).share_memory_()  # type: ignore[no-untyped-call]
+        self._t = torch.zeros(6, dtype=torch.int64).share_memory_()  # type: ignore[no-untyped-call]
 
     @property
     def epoch(self) -> int:
@@ -68,6 +70,14 @@ class EpochState:
         """A pass read all its records (`first`: main process or worker 0)."""
         if first:
             self._t[_FINISHED] = int(self._t[_SELECTED]) + 1
+
+    def once(self) -> bool:
+        """True the first time it is asked, in any of the processes sharing this state
+        (a warning given once per dataset, not once per worker or epoch)."""
+        t = self._t
+        first = not int(t[_ONCE])
+        t[_ONCE] = 1
+        return first
 
     @property
     def workers_read(self) -> bool:

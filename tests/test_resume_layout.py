@@ -147,5 +147,5 @@ def test_a_worker_state_in_another_layout_is_refused(data: dict[str, Any]) -> No
 def test_a_state_of_another_dataset_size_is_refused(data: dict[str, Any]) -> None:
     state = maker(data, False)(2, 0).consumed_state(3, 2)
     other = StreamingDataset(str(data["root"] / "s1"), batch_size=B, num_replicas=2, rank=0)
-    with pytest.raises(ValueError, match="saved for an epoch of 100 records.*has 63"):
+    with pytest.raises(ValueError, match=r"saved for an epoch of 100 records.*has 63"):
         other.load_state_dict(state)
