@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import importlib
+import inspect
 import itertools
 from collections.abc import Iterable, Iterator, Mapping, Sequence
 from typing import Any, ClassVar, TypeVar
@@ -39,12 +40,15 @@ from .retry import RetryPolicy
 from .state import Layout, check_state, rank_state
 from .stats import LoaderStats, Stats
 from .storage import UrlOrPath
-from .streams import is_mixture
+from .streams import Stream, is_mixture
 from .table import ShardGroups
 
 __all__ = ["StreamingDataset"]
 
 T = TypeVar("T")
+# one source: a folder, prefix, glob, URL or list of them, a manifest, a saved index, a
+# ShardIndex (or a datasets.Dataset, loader.hf)
+Source = UrlOrPath | Sequence[UrlOrPath] | ShardIndex
 RECORD_STEP = 1024  # record mode hands out records in lists of this many
 
 
@@ -138,6 +142,9 @@ class StreamingDataset(IterableDataset[Any]):
     # builds on this one and registers itself here when imported (imported here when first
     # needed), so that the module imports point one way: mixture -> dataset.
     mixture_class: ClassVar[type[StreamingDataset] | None] = None
+    # what help() and inspect.signature show: __init__'s parameters, not __new__'s (set
+    # below the class; __new__ only picks the class, and takes whatever __init__ takes)
+    __signature__: ClassVar[inspect.Signature]
 
     def __new__(cls, source: Any = None, *args: Any, **kwargs: Any) -> StreamingDataset:
         """A list of `loader.Stream` makes a mixture (loader.mixture.MixtureDataset)."""
@@ -150,8 +157,9 @@ class StreamingDataset(IterableDataset[Any]):
 
     def __init__(
         self,
-        source: UrlOrPath | Sequence[UrlOrPath] | ShardIndex,
+        source: Source | Sequence[Stream],
         *,
+        epoch_size: IntLike | None = None,
         columns: str | Sequence[str] | None = None,
         shuffle: bool = True,
         seed: IntLike = 0,
@@ -177,6 +185,11 @@ class StreamingDataset(IterableDataset[Any]):
         local_world_size: IntLike | None = None,
     ) -> None:
         super().__init__()
+        if epoch_size is not None:
+            raise ValueError(
+                f"epoch_size={epoch_size!r} is for mixtures (a list of Stream); one source's "
+                "epoch is all its records"
+            )
         self._read_options(
             batch_size,
             columns,
@@ -517,3 +530,13 @@ class StreamingDataset(IterableDataset[Any]):
         )
         sampler.set_epoch(self.epoch)
         return sampler.plan(worker, max(1, root.num_workers), align=root.item)
+
+
+def init_signature(cls: type) -> inspect.Signature:
+    """The signature of `cls(...)`: its __init__'s, without self."""
+    sig = inspect.signature(cls.__init__)  # type: ignore[misc]
+    params = list(sig.parameters.values())[1:]
+    return sig.replace(parameters=params, return_annotation=inspect.Signature.empty)
+
+
+StreamingDataset.__signature__ = init_signature(StreamingDataset)

@@ -35,7 +35,7 @@ from sampler.resume import Segment, cut_segments
 
 from .batching import regroup
 from .cursor import Cursor
-from .dataset import RECORD_STEP, StreamingDataset, _shared_index
+from .dataset import RECORD_STEP, StreamingDataset, _shared_index, init_signature
 from .decode import DecodeSpec
 from .epoch import EpochState
 from .formats import Format
@@ -73,8 +73,8 @@ class MixLayout(Layout):
 
 
 class MixtureDataset(StreamingDataset):
-    """A StreamingDataset over several Streams (see the module docstring and DESIGN.md,
-    "Mixtures"). `StreamingDataset([Stream, ...], ...)` makes one.
+    """A StreamingDataset over several Streams (see the module docstring, and README,
+    "Mixing sources"). `StreamingDataset([Stream, ...], ...)` makes one.
 
     Records carry ``"__stream__"`` (the stream's name); batches carry ``"__stream__"`` as
     an int64 tensor of stream indices. In batch mode every stream must have the asked
@@ -433,3 +433,4 @@ def _kind_text(kind: Kind) -> str:
 
 
 StreamingDataset.mixture_class = MixtureDataset  # see StreamingDataset.__new__
+MixtureDataset.__signature__ = init_signature(MixtureDataset)
