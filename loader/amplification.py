@@ -21,20 +21,21 @@ _MAX_PIECES = 4096  # a plan of more pieces is not measured (its cost would grow
 
 
 def amplification(index: ShardIndex, plan: Plan) -> tuple[float, int, int] | None:
-    """(factor, bytes the plan's reads fetch, bytes of its records' share of the stored
-    bytes) for one worker's plan; None when it cannot be told cheaply (no records, no byte
-    counts, or a plan of very many pieces, whose pieces are small against its share)."""
-    if not len(plan) or len(plan.shards) > _MAX_PIECES or not index.num_records:
+    """(factor, bytes the plan's reads fetch, its records' share of their shards' bytes)
+    for one worker's plan: a piece of k of a shard's n records holds k/n of what reading
+    the shard whole fetches. Only the plan's shards are looked at. None when it cannot be
+    told cheaply (no records, no byte counts, or a plan of very many pieces, whose pieces
+    are small against its share)."""
+    if not len(plan) or len(plan.shards) > _MAX_PIECES:
         return None
-    stored = index.stored_bytes()
-    share = stored * len(plan) // index.num_records
+    sizes = index.shard_sizes
+    fetched, share = 0, 0.0
+    for s, a, b in zip(plan.shards.tolist(), plan.starts.tolist(), plan.stops.tolist()):
+        fetched += index.bytes_for(s, a, b)
+        share += index.bytes_for(s, 0, int(sizes[s])) * (b - a) / int(sizes[s])
     if share <= 0:
         return None
-    fetched = sum(
-        index.bytes_for(int(s), int(a), int(b))
-        for s, a, b in zip(plan.shards, plan.starts, plan.stops)
-    )
-    return fetched / share, fetched, share
+    return fetched / share, fetched, round(share)
 
 
 def warning_text(factor: float, fetched: int, share: int, ranks: int, workers: int) -> str:
