@@ -9,14 +9,13 @@ from concurrent.futures import ThreadPoolExecutor
 from typing import Any
 
 import numpy as np
-import pyarrow as pa
 
-from .arrow_numpy import indices
 from .errors import ShardError, redact
 from .formats import Format
+from .placement import Placement
 from .streams import STREAM
 
-__all__ = ["Permutation", "StreamRows", "merge", "start_all"]
+__all__ = ["StreamRows", "merge", "start_all"]
 
 
 def _holds_stream(sample: dict[str, Any], name: str) -> ShardError:
@@ -117,18 +116,24 @@ def merge(ids: np.ndarray, streams: list[StreamRows], batch: bool, pads: Mapping
     streams' taken rows laid out in the schedule's order, with "__stream__" (indices).
     `pads`: pad values of plain list columns, whose widths may differ between streams.
 
-    A batch's columns are placed by one `Permutation`, the same for every column of
-    every kind ("__stream__" included): a row of the batch is one record."""
+    A batch's columns are placed by one `Placement` (loader.placement), the same for
+    every column of every kind ("__stream__" included): a row of the batch is one record."""
     pieces = {s.index: s.take(int(np.count_nonzero(ids == s.index))) for s in streams}
     if not batch or isinstance(next(p for ps in pieces.values() for p in ps), list):
         rows = {k: iter([r for p in ps for r in p]) for k, ps in pieces.items()}
         merged_rows = [next(rows[k]) for k in ids.tolist()]
         return merged_rows if not batch else streams[0].fmt.batch(merged_rows)
     laid = [p for k in sorted(pieces) for p in pieces[k]]  # the streams' rows end to end
-    perm = Permutation(ids)
-    merged = {col: perm.apply([p[col] for p in laid], pads.get(col)) for col in laid[0]}
-    labels = [np.full(_rows(p), k, np.int64) for k in sorted(pieces) for p in pieces[k]]
-    merged[STREAM] = perm.apply(labels, None)
+    labels = [k for k in sorted(pieces) for _ in pieces[k]]
+    sizes = [_rows(p) for p in laid]
+    # position i takes its stream's next row: with the rows laid end to end in stream
+    # order, row where[i] (the inverse of a stable sort of the positions by stream)
+    order = np.argsort(ids, kind="stable")
+    where = np.empty_like(order)
+    where[order] = np.arange(ids.size)
+    place = Placement.of_flat(where, sizes, ordered=True)
+    merged = {col: place.apply(_padded([p[col] for p in laid], pads.get(col))) for col in laid[0]}
+    merged[STREAM] = place.apply([np.full(n, k, np.int64) for n, k in zip(sizes, labels)])
     return streams[0].fmt.batch(merged)
 
 
@@ -136,34 +141,11 @@ def _rows(part: dict[str, Any]) -> int:
     return len(next(iter(part.values())))
 
 
-class Permutation:
-    """Where each position of a batch takes its row from, when the streams' rows are laid
-    end to end in stream order (stream 0's rows, then stream 1's, ...): `where[i]` is the
-    row of position i (a stable argsort's inverse: each stream's rows keep their order).
-    `apply` places one column by it, whatever the column holds."""
-
-    def __init__(self, ids: np.ndarray) -> None:
-        self.order = np.argsort(ids, kind="stable")  # order[j]: the position row j goes to
-        self.where = np.empty_like(self.order)
-        self.where[self.order] = np.arange(ids.size)
-
-    def apply(self, parts: list[Any], pad: Any) -> Any:
-        """The column of the batch: rows `where` of the parts laid end to end. Parts are
-        numpy arrays (2-D rows of a padded column padded to the widest first) or Arrow
-        arrays; numpy parts are scattered straight to their places (row j of the laid-out
-        parts to position order[j]: the same placement, one copy, not a join and a take)."""
-        if not isinstance(parts[0], np.ndarray):
-            return pa.concat_arrays(parts).take(indices(self.where))
-        if pad is not None and parts[0].ndim == 2 and len({p.shape[1] for p in parts}) > 1:
-            width = max(p.shape[1] for p in parts)
-            parts = [
-                np.pad(p, ((0, 0), (0, width - p.shape[1])), constant_values=pad) for p in parts
-            ]
-        if len(parts) == 1:
-            return np.take(parts[0], self.where, axis=0)
-        out = np.empty((self.where.size, *parts[0].shape[1:]), dtype=np.result_type(*parts))
-        at = 0
-        for p in parts:
-            out[self.order[at : at + len(p)]] = p
-            at += len(p)
-        return out
+def _padded(parts: list[Any], pad: Any) -> list[Any]:
+    """2-D numpy parts of a padded column, padded to the widest (streams' widths differ)."""
+    if pad is None or not isinstance(parts[0], np.ndarray) or parts[0].ndim != 2:
+        return parts
+    if len({p.shape[1] for p in parts}) == 1:
+        return parts
+    width = max(p.shape[1] for p in parts)
+    return [np.pad(p, ((0, 0), (0, width - p.shape[1])), constant_values=pad) for p in parts]
