@@ -1,5 +1,17 @@
 """Storage, shard index, format readers and the streaming IterableDataset.
 
+The rooms, bottom up (each imports only those before it; loader's own top modules sit
+above them all, but for the leaves `errors`, `stats` and `shard`):
+
+- `storage/`  bytes of shard files, local or remote: fsspec, ranged GETs, retries
+- `cache/`    the node cache: remote bytes on local disk across epochs
+- `columns/`  Arrow columns to batches: kinds, gathering, placement, tensors
+- `formats/`  shard formats: Parquet footers and row groups, tar, Arrow IPC, schemas
+- `index/`    which shards and records a source has: listing, scanning, the table
+- `read/`     a rank's plan fetched and decoded ahead within a memory budget
+- top: `dataset` (StreamingDataset), `mixture` (MixtureDataset) on `base`; `options`,
+  `streams`, `state` (resume), `epoch`, `cursor`, `stats`, `errors`, `shard`
+
 Its names are imported when first used (PEP 562): ``import loader`` alone costs nothing
 (the planner's simulations never import torch), ``from loader import StreamingDataset``
 imports what the dataset needs.
@@ -14,22 +26,22 @@ from sampler.lazy import lazy_names
 from .errors import ShardError, StaleIndexError, StaleSidecarError
 
 if TYPE_CHECKING:
-    from .batching import Batch
+    from .columns.batching import Batch
     from .dataset import StreamingDataset
-    from .index import ShardIndex
+    from .index.shard_index import ShardIndex
     from .mixture import MixtureDataset
-    from .retry import RetryPolicy
     from .shard import Shard
+    from .storage.retry import RetryPolicy
     from .streams import Stream
 
 __shardstream__ = True  # the shardstream package checks that `loader` is this one
 
 _WHERE = {
-    "Batch": ".batching",
+    "Batch": ".columns.batching",
     "MixtureDataset": ".mixture",
-    "RetryPolicy": ".retry",
+    "RetryPolicy": ".storage.retry",
     "Shard": ".shard",
-    "ShardIndex": ".index",
+    "ShardIndex": ".index.shard_index",
     "Stream": ".streams",
     "StreamingDataset": ".dataset",
 }

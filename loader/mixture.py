@@ -19,46 +19,35 @@ stream, the cursor at the epoch's start (`MixtureSampler.state_dict()["streams"]
 
 from __future__ import annotations
 
-import os
 from collections.abc import Iterator, Mapping, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from typing import Any
 
-from torch.utils.data import IterableDataset, get_worker_info
+from torch.utils.data import get_worker_info
 
 from sampler import DEFAULT_WINDOW, MixtureSampler, Topology
-from sampler.checks import IntLike, as_int
+from sampler.checks import IntLike
 from sampler.mixture_read import Taker
 from sampler.mixture_state import cursor_state
 from sampler.resume import Segment, cut_segments
 
-from .batching import regroup
-from .cursor import Cursor
-from .dataset import RECORD_STEP, StreamingDataset, _shared_index, init_signature
-from .decode import DecodeSpec
-from .epoch import EpochState
+from .base import RECORD_STEP, DatasetBase, init_signature
+from .cache.locality import NodeOptions
+from .columns.batching import regroup
 from .formats import Format
 from .formats.tar import check_tar_columns
-from .kinds import Kind, kinds_of
-from .locality import NodeOptions
-from .mixture_rows import StreamRows, merge, start_all
+from .formats.tar_decode import DecodeSpec
+from .index.distributed import shared_index
+from .index.table import ShardGroups
 from .options import Transform
-from .pipeline import MemoryBudget, PlanReader, decoding_pool, is_local
-from .retry import RetryPolicy
+from .read.mixture_rows import StreamRows, merge, start_all
+from .read.plan_reader import MemoryBudget, PlanReader, decoding_pool, is_local
 from .state import Layout, rank_state
-from .streams import STREAM, Stream, is_mixture
-from .table import ShardGroups
+from .storage.retry import RetryPolicy
+from .streams import STREAM, Stream, check_formats, check_kinds, is_mixture, stream_name
 
 __all__ = ["MixLayout", "MixtureDataset"]
-
-
-def _name(stream: Stream, k: int) -> str:
-    if stream.name is not None:
-        return stream.name
-    if isinstance(stream.source, str | os.PathLike):
-        return os.fspath(stream.source)
-    return f"stream{k}"
 
 
 @dataclass(frozen=True)
@@ -72,7 +61,7 @@ class MixLayout(Layout):
         return self.num_records // self.num_replicas
 
 
-class MixtureDataset(StreamingDataset):
+class MixtureDataset(DatasetBase):
     """A StreamingDataset over several Streams (see the module docstring, and README,
     "Mixing sources"). `StreamingDataset([Stream, ...], ...)` makes one.
 
@@ -83,6 +72,8 @@ class MixtureDataset(StreamingDataset):
     `load_state_dict` (also into another number of ranks or workers) work as for one
     source. Weights changed between runs apply from the epoch after the resumed one.
     """
+
+    sampler: MixtureSampler
 
     def __init__(
         self,
@@ -113,7 +104,7 @@ class MixtureDataset(StreamingDataset):
         locality: str | None = None,
         local_world_size: IntLike | None = None,
     ) -> None:
-        IterableDataset.__init__(self)
+        super().__init__()
         if not is_mixture(streams):
             raise ValueError(f"a mixture needs a non-empty list of Stream, got {streams!r}")
         self._read_options(
@@ -135,7 +126,7 @@ class MixtureDataset(StreamingDataset):
             cache_dir, cache_limit, locality, local_world_size, topo.world_size
         )
         self.nodes = [self.node.for_stream(s.cache_dir, s.cache_limit) for s in self.streams]
-        self.names = [_name(s, k) for k, s in enumerate(self.streams)]
+        self.names = [stream_name(s, k) for k, s in enumerate(self.streams)]
         dupes = sorted({n for n in self.names if self.names.count(n) > 1})
         if dupes:
             raise ValueError(f"stream names must be unique; repeated: {dupes} (pass name=...)")
@@ -144,9 +135,9 @@ class MixtureDataset(StreamingDataset):
             for s in self.streams
         ]
         self.indexes = [
-            _shared_index(s.source, o, self.retry) for s, o in zip(self.streams, self.options)
+            shared_index(s.source, o, self.retry) for s, o in zip(self.streams, self.options)
         ]
-        self._check_formats()
+        check_formats(self.names, [idx.format for idx in self.indexes], self.batch_size)
         for idx in self.indexes:
             if idx.format == "tar":
                 check_tar_columns(idx.shards, self.columns)
@@ -161,7 +152,11 @@ class MixtureDataset(StreamingDataset):
                     "mixture gives the stream each row came from; rename that column, or "
                     "leave it out with columns=[...]"
                 )
-        self.kinds_per_stream = self._check_kinds(fill_nulls)
+        self.kinds_per_stream = (
+            check_kinds(self.names, self.schemas, fill_nulls, self.pad)
+            if self.batch_size is not None
+            else [None] * len(self.streams)
+        )
         weights = [
             s.weight if s.weight is not None else idx.num_records
             for s, idx in zip(self.streams, self.indexes)
@@ -171,7 +166,7 @@ class MixtureDataset(StreamingDataset):
         groups = [
             ShardGroups(idx.shards, self._format_of(k).groups) for k, idx in enumerate(self.indexes)
         ]
-        self.sampler = MixtureSampler(  # type: ignore[assignment]
+        self.sampler = MixtureSampler(
             self.indexes,
             weights,
             epoch_size,
@@ -185,58 +180,19 @@ class MixtureDataset(StreamingDataset):
             groups,
             self.node.node_size,
         )
-        self._state = EpochState()
-        self._cursor = Cursor()
-        self._resume: dict[str, Any] | None = None
-        self._role: int | None = None
+        self._start_epochs()
 
     # --- construction checks ------------------------------------------------------------
 
-    def _check_formats(self) -> None:
-        formats = {n: idx.format for n, idx in zip(self.names, self.indexes)}
-        shapes = {"tar" if f == "tar" else "columns" for f in formats.values()}
-        if self.batch_size is not None and len(shapes) > 1:
-            raise ValueError(
-                f"streams of different formats {formats} cannot form batches: their records "
-                "have different shapes; use record mode (batch_size=None) or one format"
-            )
-
-    def _check_kinds(self, fill_nulls: Mapping[str, Any] | None) -> list[dict[str, Kind] | None]:
-        """Per stream, its columns' kinds (batch mode, Parquet); ValueError naming a column
-        whose kind differs between two streams."""
-        if self.batch_size is None or self.schemas[0] is None:
-            return [None] * len(self.streams)
-        kinds = [kinds_of(s, fill_nulls, self.pad) if s is not None else {} for s in self.schemas]
-        first = kinds[0]
-        for name, other in zip(self.names[1:], kinds[1:]):
-            if list(other) != list(first):
-                raise ValueError(
-                    f"stream {name!r} has columns {list(other)}, stream {self.names[0]!r} "
-                    f"{list(first)}: batches need the same columns in every stream "
-                    "(pass columns=[...])"
-                )
-            for col, kind in other.items():
-                a, b = first[col], kind
-                if (a.tensor, a.value, a.shape) != (b.tensor, b.value, b.shape):
-                    raise ValueError(
-                        f"column {col!r} is {_kind_text(a)} in stream {self.names[0]!r} but "
-                        f"{_kind_text(b)} in stream {name!r}; a batch column has one kind"
-                    )
-        return list(kinds)
-
     # --- epochs and state ---------------------------------------------------------------
-
-    @property
-    def _mix(self) -> MixtureSampler:
-        return self.sampler  # type: ignore[return-value]
 
     def _layout(self, num_workers: int) -> Layout:
         return MixLayout(
-            self._mix.num_replicas,
+            self.sampler.num_replicas,
             num_workers,
             self.batch_size or 0,
-            self._mix.epoch_size,
-            self._mix.drop_last,
+            self.sampler.epoch_size,
+            self.sampler.drop_last,
         )
 
     def _resized(self, epoch: int) -> bool:
@@ -245,7 +201,7 @@ class MixtureDataset(StreamingDataset):
         return (
             root is not None
             and root["epoch"] == epoch
-            and self._root_replicas() != (self._mix.num_replicas)
+            and self._root_replicas() != (self.sampler.num_replicas)
         )
 
     def _root_state(self) -> dict[str, Any] | None:
@@ -256,26 +212,20 @@ class MixtureDataset(StreamingDataset):
 
     def _root_replicas(self) -> int:
         root = self._root_state()
-        return int(root.get("num_replicas", self._mix.num_replicas)) if root else 0
+        return int(root.get("num_replicas", self.sampler.num_replicas)) if root else 0
 
-    def set_epoch(self, epoch: IntLike) -> None:
-        """Select the epoch (seen by persistent DataLoader workers too); another epoch than
-        a loaded state's drops the state."""
-        epoch = as_int("epoch", epoch, 0)
-        if epoch != self.epoch:
-            self._resume = None
-            self._cursor.reset()
-            self._role = None
+    def _sampler_epoch(self, epoch: int) -> None:
+        """Set the sampler's epoch, unless it is one resumed from a state cut for another
+        number of ranks (load_state_dict anchored the sampler there)."""
         if not self._resized(epoch):
-            self._mix.set_epoch(epoch)
-        self._state.select(epoch)
+            self.sampler.set_epoch(epoch)
 
     def _streams_state(self) -> dict[str, Any]:
         """Per stream, the cursor at the current epoch's start in the layout it started in."""
         if self._resume is not None and self._resume["epoch"] == self.epoch:
             return dict(self._resume["streams"])
-        self._mix.set_epoch(self.epoch)
-        return dict(self._mix.state_dict()["streams"])
+        self.sampler.set_epoch(self.epoch)
+        return dict(self.sampler.state_dict()["streams"])
 
     def state_dict(self) -> dict[str, Any]:
         """As StreamingDataset.state_dict, plus each stream's cursor ("streams")."""
@@ -301,18 +251,20 @@ class MixtureDataset(StreamingDataset):
         self._role = None
         self._state.select(checked["epoch"])
         epoch, replicas = checked["epoch"], self._root_replicas()
-        if replicas == self._mix.num_replicas:
-            self._mix.load_state_dict({"epoch": epoch, "position": 0, "streams": state["streams"]})
+        if replicas == self.sampler.num_replicas:
+            self.sampler.load_state_dict(
+                {"epoch": epoch, "position": 0, "streams": state["streams"]}
+            )
             return
         old = self._sampler_for(replicas, 0, epoch)
         cursors, counts = old.epoch_start(epoch + 1)
         after = {n: cursor_state(c, m) for n, c, m in zip(self.names, cursors, counts)}
-        self._mix.begin_epoch(epoch + 1, after)
+        self.sampler.begin_epoch(epoch + 1, after)
 
     def _sampler_for(self, num_replicas: int, rank: int, epoch: int) -> MixtureSampler:
         """Rank `rank`'s planner of `epoch` in a layout of `num_replicas` ranks, anchored
         where the epoch started (the loaded state's cursors, or this sampler's)."""
-        mine = self._mix
+        mine = self.sampler
         if num_replicas == mine.num_replicas and rank == mine.rank and not self._resized(epoch):
             mine.set_epoch(epoch)
             return mine
@@ -425,12 +377,4 @@ class MixtureDataset(StreamingDataset):
             decoders.shutdown(wait=True)
 
 
-def _kind_text(kind: Kind) -> str:
-    if not kind.tensor:
-        return "a list"
-    shape = "(n, L)" if kind.shape is None else f"(n, {', '.join(map(str, kind.shape))})"
-    return f"a {kind.value} tensor {shape}".replace("(n, )", "(n,)")
-
-
-StreamingDataset.mixture_class = MixtureDataset  # see StreamingDataset.__new__
 MixtureDataset.__signature__ = init_signature(MixtureDataset)

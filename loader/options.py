@@ -9,7 +9,7 @@ from typing import Any
 
 from sampler.checks import as_int
 
-from .pipeline import DEFAULT_MEMORY_BUDGET
+from .read.plan_reader import DEFAULT_MEMORY_BUDGET
 
 __all__ = ["budget_args", "check_positive", "check_transform", "column_list", "transformed"]
 

@@ -40,7 +40,7 @@ from .mixture_state import cursor_state, load_cursors
 from .passes import Cursor, advance, cut_lengths, recut, to_first_cut
 from .plan import Groups, Plan, line_of, span_plan
 from .schedule import MAX_POSITIONS, apportion, counts_before, name_ranks, stream_ids
-from .shard_sampler import DEFAULT_WINDOW, _check_flag, _check_groups
+from .shard_sampler import DEFAULT_WINDOW, check_flag, check_groups
 from .topology import Topology
 
 __all__ = ["MixturePart", "MixtureSampler", "PassPiece", "stream_seed"]
@@ -93,25 +93,25 @@ class MixtureSampler(Sampler[tuple[int, int]]):
         topo = Topology.resolve(num_replicas, rank)
         self.num_replicas, self.rank = topo.world_size, topo.rank
         self.shuffle, self.drop_last = bool(shuffle), bool(drop_last)
-        self.seed = _check_flag("seed", seed, -(2**63))
-        self.window = _check_flag("window", window, 1)
+        self.seed = check_flag("seed", seed, -(2**63))
+        self.window = check_flag("window", window, 1)
         # locality="node", per stream: each stream's passes keep each node's records
         self.local_world_size = (
             None
             if local_world_size is None
-            else _check_flag("local_world_size", local_world_size, 1)
+            else check_flag("local_world_size", local_world_size, 1)
         )
         self.num_records = [int(s.sum()) for s in self.sizes]
         if groups is not None and len(groups) != len(self.sizes):
             raise ValueError(f"groups gives {len(groups)} streams, there are {len(self.sizes)}")
         # per stream, its shards' read groups (see sampler.plan), or None
         self.groups = [
-            _check_groups(g, s) for g, s in zip(groups or [None] * len(self.sizes), self.sizes)
+            check_groups(g, s) for g, s in zip(groups or [None] * len(self.sizes), self.sizes)
         ]
         check_streams(self.names, self.num_records, self.num_replicas, self.drop_last)
         self.weights = check_weights(weights, self.num_records, self.names)
         total = sum(self.num_records) if epoch_size is None else epoch_size
-        self.epoch_size = _check_flag("epoch_size", total, 1)
+        self.epoch_size = check_flag("epoch_size", total, 1)
         length = self.epoch_size // self.num_replicas
         if length < 1 or length >= MAX_POSITIONS:
             raise ValueError(
@@ -137,7 +137,7 @@ class MixtureSampler(Sampler[tuple[int, int]]):
     def set_epoch(self, epoch: int) -> None:
         """Select the epoch. A different epoch drops a pending resume position; an epoch
         before the one a state was loaded for cannot be planned (its start is unknown)."""
-        epoch = _check_flag("epoch", epoch, 0)
+        epoch = check_flag("epoch", epoch, 0)
         self.epoch_start(epoch)  # refuses an epoch before the loaded one
         if epoch != self.epoch:
             self._resume = self._yielded = 0
@@ -146,7 +146,7 @@ class MixtureSampler(Sampler[tuple[int, int]]):
     def epoch_start(self, epoch: int | None = None) -> tuple[tuple[Cursor, ...], tuple[int, ...]]:
         """(cursors at the epoch's start, the epoch's counts c_k), in closed form: the
         anchor epoch's cursors advanced by its counts, then by `counts` per epoch."""
-        e = self.epoch if epoch is None else _check_flag("epoch", epoch, 0)
+        e = self.epoch if epoch is None else check_flag("epoch", epoch, 0)
         a = self._anchor
         if e < a.epoch:
             raise ValueError(f"epoch {e} precedes epoch {a.epoch} of the loaded state")
@@ -178,9 +178,9 @@ class MixtureSampler(Sampler[tuple[int, int]]):
     ) -> tuple[int, int]:
         """Positions [lo, hi) of worker `worker`: the epoch cut in `num_workers` contiguous
         parts at multiples of `align` (a batch size), as `worker_span` cuts a span."""
-        num_workers = _check_flag("num_workers", num_workers, 1)
-        align = _check_flag("align", align, 1)
-        if not 0 <= _check_flag("worker", worker, 0) < num_workers:
+        num_workers = check_flag("num_workers", num_workers, 1)
+        align = check_flag("align", align, 1)
+        if not 0 <= check_flag("worker", worker, 0) < num_workers:
             raise ValueError(f"worker must lie in [0, {num_workers - 1}], got {worker}")
         return worker_span(0, len(self), worker, num_workers, align)
 
@@ -316,7 +316,7 @@ class MixtureSampler(Sampler[tuple[int, int]]):
         (the layout an elastic resume left) are recut for this sampler's ranks: the rest
         of each stream's current pass laid end to end and cut anew (`sampler.passes.recut`).
         """
-        epoch = _check_flag("epoch", epoch, 0)
+        epoch = check_flag("epoch", epoch, 0)
         state = {"epoch": epoch, "position": 0, "streams": streams}
         _, _, cursors, _ = load_cursors(state, self.names, self.num_records, self.drop_last)
         cursors = tuple(

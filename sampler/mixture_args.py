@@ -12,7 +12,7 @@ import numpy as np
 import numpy.typing as npt
 
 from .keyed import derive_key
-from .shard_sampler import HasShardSizes, _sizes_of
+from .shard_sampler import HasShardSizes, sizes_of
 
 __all__ = [
     "Shards",
@@ -51,7 +51,7 @@ def check_names(names: Sequence[str] | None, count: int) -> list[str]:
 
 def stream_sizes(shards: Shards, name: str) -> I64Array:
     try:
-        return _sizes_of(shards)
+        return sizes_of(shards)
     except ValueError as e:
         raise ValueError(f"stream {name!r}: {e}") from e
 

@@ -14,7 +14,14 @@ from .epoch import rank_length, worker_span
 from .plan import DEFAULT_WINDOW, Groups, Plan, all_plans, build_plan
 from .topology import Topology
 
-__all__ = ["DEFAULT_WINDOW", "HasShardSizes", "ShardSampler"]
+__all__ = [
+    "DEFAULT_WINDOW",
+    "HasShardSizes",
+    "ShardSampler",
+    "check_flag",
+    "check_groups",
+    "sizes_of",
+]
 
 
 @runtime_checkable
@@ -25,7 +32,9 @@ class HasShardSizes(Protocol):
     def shard_sizes(self) -> Sequence[int] | npt.NDArray[np.int64]: ...
 
 
-def _sizes_of(shards: Sequence[int] | HasShardSizes | npt.ArrayLike) -> npt.NDArray[np.int64]:
+def sizes_of(shards: Sequence[int] | HasShardSizes | npt.ArrayLike) -> npt.NDArray[np.int64]:
+    """Records per shard as an int64 array (from a list, an array or a ShardIndex), checked:
+    ValueError naming the first negative or non-integer size."""
     raw = shards.shard_sizes if isinstance(shards, HasShardSizes) else shards
     arr = np.asarray(raw)
     if arr.ndim != 1 or not (arr.size == 0 or np.issubdtype(arr.dtype, np.integer)):
@@ -64,7 +73,7 @@ class _Checked(Sequence[Sequence[int]]):
         return counts
 
 
-def _check_groups(groups: Groups | None, sizes: npt.NDArray[np.int64]) -> Groups | None:
+def check_groups(groups: Groups | None, sizes: npt.NDArray[np.int64]) -> Groups | None:
     """The groups, checked: one list per shard, positive counts summing to its size (a
     list or tuple now, any other sequence a shard at a time, as the plans ask)."""
     if groups is None:
@@ -78,7 +87,8 @@ def _check_groups(groups: Groups | None, sizes: npt.NDArray[np.int64]) -> Groups
     return groups
 
 
-def _check_flag(name: str, value: object, minimum: int) -> int:
+def check_flag(name: str, value: object, minimum: int) -> int:
+    """`value` as an int >= `minimum` (sampler.checks.as_int: ValueError naming `name`)."""
     return as_int(name, value, minimum)
 
 
@@ -122,17 +132,17 @@ class ShardSampler(Sampler[int]):
         groups: Groups | None = None,
         local_world_size: IntLike | None = None,
     ) -> None:
-        self.sizes = _sizes_of(shards)
-        self.groups = _check_groups(groups, self.sizes)
+        self.sizes = sizes_of(shards)
+        self.groups = check_groups(groups, self.sizes)
         topo = Topology.resolve(num_replicas, rank)
         self.num_replicas, self.rank = topo.world_size, topo.rank
         self.shuffle, self.drop_last = bool(shuffle), bool(drop_last)
-        self.seed = _check_flag("seed", seed, -(2**63))
-        self.window = _check_flag("window", window, 1)
+        self.seed = check_flag("seed", seed, -(2**63))
+        self.window = check_flag("window", window, 1)
         self.local_world_size = (
             None
             if local_world_size is None
-            else _check_flag("local_world_size", local_world_size, 1)
+            else check_flag("local_world_size", local_world_size, 1)
         )
         if self.local_world_size is not None and self.num_replicas % self.local_world_size:
             raise ValueError(
@@ -148,7 +158,7 @@ class ShardSampler(Sampler[int]):
 
     def set_epoch(self, epoch: IntLike) -> None:
         """Select the epoch's order. A different epoch drops a pending resume position."""
-        epoch = _check_flag("epoch", epoch, 0)
+        epoch = check_flag("epoch", epoch, 0)
         if epoch != self.epoch:
             self._resume = self._yielded = 0
         self.epoch = epoch
@@ -165,9 +175,9 @@ class ShardSampler(Sampler[int]):
         With `align` (a batch size), every cut falls on a multiple of `align` records, so
         only the last worker's last batch can be short.
         """
-        num_workers = _check_flag("num_workers", num_workers, 1)
-        align = _check_flag("align", align, 1)
-        if not 0 <= _check_flag("worker", worker, 0) < num_workers:
+        num_workers = check_flag("num_workers", num_workers, 1)
+        align = check_flag("align", align, 1)
+        if not 0 <= check_flag("worker", worker, 0) < num_workers:
             raise ValueError(f"worker must lie in [0, {num_workers - 1}], got {worker}")
         return build_plan(
             self.sizes,
@@ -181,7 +191,7 @@ class ShardSampler(Sampler[int]):
     def all_plans(self, num_workers: int = 1) -> Iterator[tuple[int, int, Plan]]:
         """(rank, worker, plan) for every rank of the job and every worker, as each would
         compute it for the current epoch; the epoch's shard order is computed only once."""
-        workers = _check_flag("num_workers", num_workers, 1)
+        workers = check_flag("num_workers", num_workers, 1)
         return all_plans(self.sizes, num_workers=workers, **self._settings())
 
     def _settings(self) -> dict[str, Any]:
@@ -199,8 +209,8 @@ class ShardSampler(Sampler[int]):
 
     def worker_lengths(self, num_workers: int = 1, align: int = 1) -> list[int]:
         """Records in each worker's plan, `plan(w, num_workers, align)`, without planning."""
-        num_workers = _check_flag("num_workers", num_workers, 1)
-        align = _check_flag("align", align, 1)
+        num_workers = check_flag("num_workers", num_workers, 1)
+        align = check_flag("align", align, 1)
         spans = [worker_span(0, len(self), w, num_workers, align) for w in range(num_workers)]
         return [hi - lo for lo, hi in spans]
 
@@ -221,8 +231,8 @@ class ShardSampler(Sampler[int]):
         missing = {"epoch", "position"} - set(state)
         if missing:
             raise ValueError(f"state lacks {sorted(missing)}; expected keys epoch and position")
-        epoch = _check_flag("state['epoch']", state["epoch"], 0)
-        position = _check_flag("state['position']", state["position"], 0)
+        epoch = check_flag("state['epoch']", state["epoch"], 0)
+        position = check_flag("state['position']", state["position"], 0)
         if position > len(self):
             raise ValueError(
                 f"state['position']={position} exceeds the epoch's {len(self)} records"

@@ -9,10 +9,12 @@ import torch.distributed as dist
 
 from .checks import IntLike, as_int
 
-__all__ = ["Topology"]
+__all__ = ["Topology", "env_int"]
 
 
-def _env_int(name: str) -> int | None:
+def env_int(name: str) -> int | None:
+    """The integer environment variable `name` (torchrun's RANK, WORLD_SIZE, ...), None if
+    unset or empty; ValueError naming it if it is not an integer."""
     raw = os.environ.get(name)
     if raw is None or raw.strip() == "":
         return None
@@ -30,7 +32,7 @@ def _found() -> tuple[int | None, int | None]:
     and RANK; None where neither says."""
     if dist.is_available() and dist.is_initialized():
         return dist.get_world_size(), dist.get_rank()
-    return _env_int("WORLD_SIZE"), _env_int("RANK")
+    return env_int("WORLD_SIZE"), env_int("RANK")
 
 
 @dataclass(frozen=True)

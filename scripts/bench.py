@@ -551,7 +551,7 @@ def measure_one(
     """Run one measurement in this process: time, items, time to first item, peak RSS and
     the process's size after imports (the baseline the growth is counted from)."""
     _preload()
-    from loader.retry import bytes_fetched  # this process's reads (not its workers')
+    from loader.storage.retry import bytes_fetched  # this process's reads (not its workers')
 
     fetched0 = 0
     base = _peak_rss_kb()

@@ -120,8 +120,8 @@ def rank_run(source: str, options: dict[str, Any] | None) -> None:
     """One rank's part (run by torchrun): build, time it between barriers, gather stats."""
     import torch.distributed as dist
 
-    from loader.distributed_index import build_distributed
-    from loader.retry import bytes_fetched
+    from loader.index.distributed import build_distributed
+    from loader.storage.retry import bytes_fetched
 
     dist.init_process_group("gloo")
     dist.barrier()
@@ -280,7 +280,7 @@ def _scan_with(source: str, options: dict[str, Any] | None, mode: str) -> dict[s
     }[mode]
     code = (
         "import json,sys,time; import loader.formats.tar as T; from loader import ShardIndex; "
-        "from loader.retry import bytes_fetched; kw={}; "
+        "from loader.storage.retry import bytes_fetched; kw={}; "
         f"{setup}; t=time.perf_counter(); "
         f"ShardIndex.build({source!r}, json.loads(sys.argv[1]), **kw); "
         "print(json.dumps([time.perf_counter()-t, bytes_fetched()]))"
@@ -337,7 +337,7 @@ def tar_bytes(args: argparse.Namespace) -> list[dict[str, Any]]:
 # --------------------------------------------------------------- crossover --------------
 def _read_costs(fs: Any, url: str, size: int) -> tuple[float, float]:
     """(seconds a small range read takes, bytes/s of 1 MiB reads one after another)."""
-    from loader.retry import RetryPolicy, read_ranges
+    from loader.storage.retry import RetryPolicy, read_ranges
 
     retry = RetryPolicy()
     small = []
@@ -359,7 +359,7 @@ def crossover(args: argparse.Namespace) -> list[dict[str, Any]]:
     S3's: they are left out.)"""
     import fsspec
 
-    from loader.storage import filesystem
+    from loader.storage.filesystems import filesystem
 
     rows: list[dict[str, Any]] = []
     with tempfile.TemporaryDirectory() as tmp, s3_server() as (url, s3):
@@ -408,7 +408,7 @@ def _ready(source: Any, endpoint: str) -> dict[str, float]:
     ready), and until its first record (one rank, record mode, as bench.py reads)."""
     code = (
         "import json,sys,time; import torch; from loader import StreamingDataset; "
-        "from loader.retry import bytes_fetched; "
+        "from loader.storage.retry import bytes_fetched; "
         "t=time.perf_counter(); "
         "ds=StreamingDataset(json.loads(sys.argv[1]), storage_options=json.loads(sys.argv[2])); "
         "a=time.perf_counter()-t; f=bytes_fetched(); next(iter(ds)); b=time.perf_counter()-t; "
@@ -481,10 +481,10 @@ def startup(args: argparse.Namespace) -> list[dict[str, Any]]:
 def assembly_cost(n: int) -> dict[str, float]:
     """Seconds per shard to pickle, unpickle (the all-gather's serialization) and assemble
     the index on one rank, for synthetic Parquet parts (8 row groups a shard)."""
-    from loader.build import Listing, assemble
-    from loader.distributed_index import _pack, _unpack
     from loader.formats.parquet_meta import schema_to_b64
-    from loader.storage import FileEntry
+    from loader.index.build import Listing, assemble
+    from loader.index.distributed import _pack, _unpack
+    from loader.storage.filesystems import FileEntry
 
     schema = schema_to_b64(pa.schema([("id", pa.int64()), ("tokens", pa.list_(pa.int32()))]))
     entries = [
@@ -548,7 +548,7 @@ def estimate(dist_rows: list[dict[str, Any]], args: argparse.Namespace) -> dict[
 
 def list_cost() -> float:
     """Seconds per 1,000-key LIST page on the local moto server (10,000 keys)."""
-    from loader.storage import list_files
+    from loader.storage.filesystems import list_files
 
     with s3_server() as (url, s3):
         s3.pipe({f"{BUCKET}/l/{i:06d}.parquet": b"x" for i in range(10_000)})

@@ -61,7 +61,7 @@ _PRELUDE = (
     "import json, sys, time\n"
     "import torch, torch.distributed, torch.utils.data, pyarrow.parquet, s3fs, webdataset\n"
     "import shardstream\n"
-    "from loader.index import ShardIndex\n"
+    "from loader.index.shard_index import ShardIndex\n"
     "def peak():\n"
     "    status = open('/proc/self/status').read().split('VmHWM:')[1]\n"
     "    return int(status.split()[0]) / 1024\n"
@@ -139,8 +139,8 @@ def rank_job(manifest: str) -> None:
     """One rank's part under torchrun: the index built by all ranks, between barriers."""
     import torch.distributed as dist
 
-    from loader.distributed_index import LAST_BUILD, shared_index
-    from loader.retry import RetryPolicy
+    from loader.index.distributed import LAST_BUILD, shared_index
+    from loader.storage.retry import RetryPolicy
 
     dist.init_process_group("gloo")
     dist.barrier()
@@ -182,8 +182,8 @@ def torchrun(ranks: int, manifest: Path) -> dict[str, Any]:
 def synthetic_parquet_index(shards: int) -> Any:
     """An index of `shards` scanned Parquet shards of 4 row groups (the layout a real
     build records), made as arrays."""
-    from loader.index import ShardIndex
-    from loader.table import shard_table
+    from loader.index.shard_index import ShardIndex
+    from loader.index.table import shard_table
 
     groups = 4
 
@@ -241,7 +241,7 @@ def row(
 
 
 def run(args: argparse.Namespace) -> list[dict[str, Any]]:
-    from loader.index import ShardIndex
+    from loader.index.shard_index import ShardIndex
 
     only = set(args.only.split(",")) if args.only else set(SECTIONS)
     rows: list[dict[str, Any]] = []

@@ -4,7 +4,7 @@ For each node (`--local-world-size` consecutive ranks) and epoch, the node's rea
 from the plans (no data is read): each shard the node's ranks and workers read, when
 (the share of its worker's plan read before its block of pieces starts) and how many
 stored bytes (the node's rows of it, in proportion). A cache of `--cache-limit` bytes
-then serves them, by next use (what loader.cache does: the byte needed furthest ahead is
+then serves them, by next use (what loader.cache.node does: the byte needed furthest ahead is
 evicted first, and bytes needed later than everything held are not kept) and by LRU for
 comparison; a shard's bytes may be held in part, as the cache holds a shard's blocks.
 The tables give the bytes each policy fetches from remote storage, per node and epoch.

@@ -2,7 +2,7 @@
 processes, sidecars.
 
 `--index-workers N` scans with N processes (the listing is read once, by this process;
-see loader.distributed_index.build_parallel). It is not `--workers`, which is the number
+see loader.index.distributed.build_parallel). It is not `--workers`, which is the number
 of DataLoader workers per rank that the plan is shown for: the two answer different
 questions (how fast can I index? how will a job split?) and may both be given.
 """
@@ -15,9 +15,9 @@ from typing import Any
 from tqdm import tqdm
 
 from loader import ShardIndex
-from loader.distributed_index import build_parallel
 from loader.formats.tar_index import write_sidecars
-from loader.index import INDEX_SUFFIXES
+from loader.index.distributed import build_parallel
+from loader.index.shard_index import INDEX_SUFFIXES
 
 __all__ = ["build_index", "save_sidecars"]
 

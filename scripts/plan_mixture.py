@@ -17,7 +17,7 @@ import numpy as np
 from tqdm import tqdm
 
 if TYPE_CHECKING:  # torch is imported only when a mixture is planned
-    from loader.index import ShardIndex
+    from loader.index.shard_index import ShardIndex
     from sampler.mixture import MixtureSampler
 
 __all__ = ["StreamArg", "mixture_doc", "parse_stream"]

@@ -12,7 +12,7 @@ import numpy as np
 from sampler.plan import DEFAULT_WINDOW, build_plan
 
 if TYPE_CHECKING:
-    from loader.index import ShardIndex
+    from loader.index.shard_index import ShardIndex
 
 __all__ = ["print_rank", "rank_doc", "settings", "sizes_of"]
 

@@ -50,7 +50,7 @@ except ImportError:
     from shardstream_scripts.plan_rank import print_rank, rank_doc, settings, sizes_of
 
 if TYPE_CHECKING:
-    from loader.index import ShardIndex
+    from loader.index.shard_index import ShardIndex
 
 
 def build_index(*args: Any, **kwargs: Any) -> ShardIndex:

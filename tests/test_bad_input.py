@@ -19,7 +19,7 @@ from torch.utils.data import DataLoader
 
 from loader import ShardError, ShardIndex, StreamingDataset
 from loader.shard import Shard
-from loader.storage import redact, strip_credentials
+from loader.storage.filesystems import redact, strip_credentials
 
 from .datagen import parquet_table, tar_bytes, write_dataset
 

@@ -1,4 +1,4 @@
-"""The node cache (loader.cache), against a real S3 endpoint (moto) behind the counting
+"""The node cache (loader.cache.node), against a real S3 endpoint (moto) behind the counting
 proxy: bytes fetched per node and epoch, records identical with and without the cache,
 damaged files, a process killed mid-write, a rewritten shard, local sources untouched."""
 
@@ -18,9 +18,9 @@ from typing import Any
 import pytest
 from fsspec.implementations.local import LocalFileSystem
 
-import loader.cache
+import loader.cache.node
 from loader import ShardIndex, StaleIndexError, StreamingDataset
-from loader.cache import NodeCache, parse_size
+from loader.cache.node import NodeCache, parse_size
 from scripts.s3proxy import counting_proxy
 
 from .conftest import REPO
@@ -33,7 +33,7 @@ BLOCK_FILE = re.compile(r"^[0-9a-f]{32}-\d+-\d+\.blk$")
 @pytest.fixture
 def small_blocks(monkeypatch: pytest.MonkeyPatch) -> int:
     """Blocks of 16 KiB, so the test shards (~100 KB to 1 MB) are several blocks each."""
-    monkeypatch.setattr(loader.cache, "BLOCK", 16384)
+    monkeypatch.setattr(loader.cache.node, "BLOCK", 16384)
     return 16384
 
 
@@ -152,7 +152,7 @@ def test_a_damaged_block_is_fetched_again_and_never_decoded(
         flipped.write_bytes(bytes(data))
         cut.write_bytes(cut.read_bytes()[:-7])
         before = proxy.bytes_served
-        with caplog.at_level(logging.WARNING, logger="loader.cache"):
+        with caplog.at_level(logging.WARNING, logger="loader.cache.node"):
             assert node_epoch(url, options, tmp_path / "n", 1) == want
         refetched = proxy.bytes_served - before
     damaged = [r.getMessage() for r in caplog.records if "is damaged" in r.getMessage()]

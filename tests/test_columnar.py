@@ -16,10 +16,10 @@ import pyarrow.parquet as pq
 import pytest
 
 from loader import ShardIndex, StreamingDataset
-from loader.build import Hint, Listing, discover
 from loader.formats.tar_members import Members
-from loader.saved_index import TABLE_VERSION
-from loader.storage import FileEntry
+from loader.index.build import Hint, Listing, discover
+from loader.index.saved import TABLE_VERSION
+from loader.storage.filesystems import FileEntry
 
 from .datagen import SIZES, parquet_table, record_id, write_dataset
 

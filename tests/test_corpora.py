@@ -19,7 +19,7 @@ import pytest
 import torch
 
 from loader import ShardError, StreamingDataset
-from loader.ranged_get import RangeIgnoredError
+from loader.storage.ranged_get import RangeIgnoredError
 from tests.conftest import moto_server
 from tests.corpora import batch_same, corpus_names, same, unpack, webdataset_samples
 from tests.httpd import http_server

@@ -179,7 +179,7 @@ def test_bad_arguments(tmp_path: Path, kwargs: dict, message: str) -> None:
 def test_bytes_fetched_counts_the_row_groups_read(
     request: pytest.FixtureRequest, storage: str, tmp_path: Path
 ) -> None:
-    from loader.retry import bytes_fetched
+    from loader.storage.retry import bytes_fetched
 
     s3 = request.getfixturevalue("s3") if storage == "s3" else None
     url, options = make_source(storage, "parquet", tmp_path, s3)

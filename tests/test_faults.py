@@ -40,7 +40,8 @@ def test_an_epoch_survives_503s_and_resets_unchanged(s3: Any, fmt: str, workers:
     clean = read(url, s3.storage_options, workers)
     faults = Faults(slowdown=0.15, reset=0.10, seed=7)
     with counting_proxy(s3.endpoint_url, faults) as proxy:
-        # the DEFAULT settings: our RetryPolicy, s3fs and botocore as loader.storage sets them
+        # the DEFAULT settings: our RetryPolicy, s3fs and botocore as
+        # loader.storage.filesystems sets them
         faulty = read(url, {"client_kwargs": {"endpoint_url": proxy.url}}, workers)
     assert faulty == clean  # the same records, in the same order: none lost, none repeated
     assert proxy.injected["slowdown"] > 0 and proxy.injected["reset"] > 0

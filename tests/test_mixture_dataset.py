@@ -354,7 +354,7 @@ def test_streams_share_one_decoding_pool(root: Path, monkeypatch: pytest.MonkeyP
     threads, more than the cores."""
     import threading
 
-    from loader import pipeline
+    from loader.read import plan_reader as pipeline
 
     threads: set[int] = set()
     decode = pipeline.PlanReader.decode

@@ -16,7 +16,7 @@ from torch.utils.data import DataLoader
 
 from loader import ShardIndex, StaleIndexError, StreamingDataset
 from loader.formats import parquet_meta
-from loader.pipeline import MemoryBudget, PlanReader
+from loader.read.plan_reader import MemoryBudget, PlanReader
 from sampler import ShardSampler
 
 from .datagen import record_id, write_dataset
@@ -106,7 +106,7 @@ def test_decoding_threads_read_the_same_order(
     """Local files on more than 2 cores, and remote shards, have `decode_threads()` threads
     decoding ahead of the consumer (local files on this 2-core machine none): forced on,
     the reading is the same, in the same order, and a failing read still names its shard."""
-    from loader import decoding, reading
+    from loader.read import decoding, reading
 
     url, options = source(request, tmp_path, storage, "threads")
 
@@ -203,7 +203,7 @@ def test_with_no_budget_only_the_groups_needed_are_read(tmp_path: Path, monkeypa
     write_dataset(fs, str(tmp_path / "d"), "parquet", [4000] * 4, row_group_size=1000)
     index = ShardIndex.build(str(tmp_path / "d"))
     ds = StreamingDataset(index, batch_size=8, memory_budget=0, window=4)
-    from loader.retry import bytes_fetched
+    from loader.storage.retry import bytes_fetched
 
     before = bytes_fetched()
     first = next(iter(ds))

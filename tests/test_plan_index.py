@@ -13,7 +13,7 @@ import pytest
 from shardstream_scripts.plan_shards import main
 
 from loader import ShardIndex
-from loader.storage import list_files
+from loader.storage.filesystems import list_files
 
 from .datagen import SIZES, write_dataset
 
@@ -24,11 +24,11 @@ LOCAL = fsspec.filesystem("file")
 def test_index_workers_plan_what_one_process_plans(
     capsys: pytest.CaptureFixture[str], tmp_path: Path, monkeypatch: Any
 ) -> None:
-    import loader.build
-    import loader.distributed_index
+    import loader.index.build
+    import loader.index.distributed
 
-    monkeypatch.setattr(loader.build, "SCAN_BATCH", 2)  # 3 batches for 2 processes
-    monkeypatch.setattr(loader.distributed_index, "SCAN_BATCH", 2)
+    monkeypatch.setattr(loader.index.build, "SCAN_BATCH", 2)  # 3 batches for 2 processes
+    monkeypatch.setattr(loader.index.distributed, "SCAN_BATCH", 2)
     write_dataset(LOCAL, str(tmp_path / "d"), "parquet")
     args = [str(tmp_path / "d"), "--world-size", "3", "--workers", "4", "--json"]
     assert main(args) == 0
@@ -79,13 +79,13 @@ def test_bad_flags(tmp_path: Path, argv: list[str], message: str) -> None:
 
 
 def test_s3_listing_reports_progress_page_by_page(s3: Any, monkeypatch: Any) -> None:
-    import loader.storage
+    import loader.storage.filesystems
 
     fs = s3.fs()
     fs.mkdir("lst")
     for i in range(7):
         fs.pipe(f"lst/d/{i:02d}.parquet", b"x")
-    monkeypatch.setattr(loader.storage, "LIST_REPORT", 3)
+    monkeypatch.setattr(loader.storage.filesystems, "LIST_REPORT", 3)
     seen: list[int] = []
     found = list_files("s3://lst/d", s3.storage_options, seen.append)
     assert len(found) == 7 and seen == [3, 6, 7]

@@ -9,7 +9,7 @@ from typing import Any
 import pytest
 import s3fs
 
-from loader.storage import filesystem
+from loader.storage.filesystems import filesystem
 
 
 def client_config(fs: Any) -> Any:

@@ -155,8 +155,8 @@ def test_ranged_sequential_and_tarfile_give_the_same_index(members: list, fmt: i
 
 
 def test_ranged_reads_skip_the_bodies(tmp_path: Path) -> None:
-    from loader.ranges import RangeFile
-    from loader.retry import RetryPolicy, bytes_fetched
+    from loader.storage.ranges import RangeFile
+    from loader.storage.retry import RetryPolicy, bytes_fetched
 
     big = [(f"s{i}.bin", bytes(300_000), tarfile.REGTYPE) for i in range(12)]
     data = _tar(tarfile.USTAR_FORMAT, big)

@@ -23,8 +23,8 @@ from fsspec.implementations.local import LocalFileSystem
 from fsspec.spec import AbstractFileSystem
 
 from loader import MixtureDataset, RetryPolicy, ShardError, Stream, StreamingDataset
-from loader.ranged_get import RangeIgnoredError
-from loader.ranges import PartsFile
+from loader.storage.ranged_get import RangeIgnoredError
+from loader.storage.ranges import PartsFile
 from tests.corpora import unpack
 from tests.httpd import http_server
 

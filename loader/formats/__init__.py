@@ -18,7 +18,7 @@ FORMATS: dict[str, Any] = {"parquet": ParquetFormat, "arrow": ArrowFormat, "tar"
 _BY_SUFFIX = {s: name for name, cls in FORMATS.items() for s in cls.suffixes}
 
 
-INDEX_FILE = ".index.arrow"  # a saved index (loader.saved_index): Arrow, but not a shard
+INDEX_FILE = ".index.arrow"  # a saved index (loader.index.saved): Arrow, but not a shard
 
 
 def format_of_url(url: str) -> str | None:

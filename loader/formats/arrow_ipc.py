@@ -27,12 +27,12 @@ from typing import Any
 import pyarrow as pa
 
 from ..errors import ShardError
-from ..ranges import RangeFile
-from ..retry import read_ranges
 from ..shard import Shard
-from ..storage import FileEntry, redact
-from .parquet import ParquetFormat, _errors, _Fetched
-from .parquet_meta import _row_groups, schema_to_b64
+from ..storage.filesystems import FileEntry, redact
+from ..storage.ranges import RangeFile
+from ..storage.retry import read_ranges
+from .parquet import Fetched, ParquetFormat, read_errors
+from .parquet_meta import row_groups, schema_to_b64
 
 __all__ = ["ArrowFormat", "walk_messages"]
 
@@ -174,24 +174,24 @@ class ArrowFormat(ParquetFormat):
         shard: Shard,
         rows: Sequence[tuple[int, int]],
         columns: Sequence[str] | None,
-    ) -> list[_Fetched]:
+    ) -> list[Fetched]:
         """The bytes of the record batches holding each row range (one range read each)."""
         names, cols = self._names(columns)
         got, starts, ends = [], [], []
         d = shard.details
         for start, stop in rows:
-            first_row, groups = _row_groups(shard, start, stop)
-            got.append(_Fetched(shard, start, stop, first_row, groups, names, cols))
+            first_row, groups = row_groups(shard, start, stop)
+            got.append(Fetched(shard, start, stop, first_row, groups, names, cols))
             starts.append(d["row_group_offsets"][groups[0]])
             ends.append(d["row_group_offsets"][groups[-1]] + d["row_group_bytes"][groups[-1]])
         indexed = [(shard.bytes, shard.version)] * len(got)
-        with _errors(shard.url, sorted({g for x in got for g in x.groups})):
+        with read_errors(shard.url, sorted({g for x in got for g in x.groups})):
             data = read_ranges(fs, [shard.url] * len(got), starts, ends, self.retry, indexed)
         for x, a, blob in zip(got, starts, data):
             x.parts = {(a, a + len(blob)): blob}
         return got
 
-    def decode(self, fs: Any, got: _Fetched) -> pa.Table:
+    def decode(self, fs: Any, got: Fetched) -> pa.Table:
         """The fetched batches, each frame checked against the index, as one table."""
         shard, d = got.shard, got.shard.details
         (((base, _), blob),) = got.parts.items()  # type: ignore[union-attr]
@@ -200,7 +200,7 @@ class ArrowFormat(ParquetFormat):
             raise ValueError("ArrowFormat reads with the index's schemas (file_schemas)")
         schema = self.file_schemas[number]
         batches = []
-        with _errors(shard.url, got.groups):
+        with read_errors(shard.url, got.groups):
             for g in got.groups:
                 at, n = d["row_group_offsets"][g] - base, d["row_group_bytes"][g]
                 frame = memoryview(blob)[at : at + n]

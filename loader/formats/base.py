@@ -6,7 +6,7 @@ from collections.abc import Iterable, Sequence
 from typing import Any, Protocol
 
 from ..shard import Shard
-from ..storage import FileEntry
+from ..storage.filesystems import FileEntry
 
 __all__ = ["Format"]
 

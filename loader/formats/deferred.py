@@ -18,7 +18,7 @@ from typing import Any
 
 from ..errors import StaleSidecarError
 from ..shard import Shard
-from ..storage import FileEntry, redact
+from ..storage.filesystems import FileEntry, redact
 from .tar_members import members_of
 
 __all__ = ["complete", "estimated_bytes", "is_deferred"]

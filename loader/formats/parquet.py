@@ -15,31 +15,39 @@ import torch
 from fsspec.implementations.local import LocalFileSystem
 from torch.utils.data import get_worker_info
 
-from ..batching import column_to_batch
+from ..columns.batching import column_to_batch
+from ..columns.gather import Block, gather, padded
+from ..columns.kinds import LENGTHS, Kind, check_length, check_part
 from ..errors import ShardError
-from ..kinds import LENGTHS, Kind, check_length, check_part
-from ..partitions import check_hive_values, partition_arrays
-from ..ranges import PartsFile
-from ..retry import RetryPolicy, count_fetched, read_ranges
-from ..schemas import plain_type
 from ..shard import Shard
-from ..storage import FileEntry, check_version, redact
-from .columns import Block, gather, padded
+from ..storage.filesystems import FileEntry, check_version, redact
+from ..storage.ranges import PartsFile
+from ..storage.retry import RetryPolicy, count_fetched, read_ranges
 from .deferred import complete, estimated_bytes, is_deferred
 from .parquet_meta import (
-    _FOOTERS,
+    FOOTERS,
     GROUP_BYTES,
     TAIL,
     FooterKey,
-    _check_footer,
-    _column_ranges,
-    _parse_footer,
-    _row_groups,
+    check_footer,
+    column_ranges,
     footer_details,
+    parse_footer,
     read_groups,
+    row_groups,
 )
+from .partitions import check_hive_values, partition_arrays
+from .schemas import plain_type
 
-__all__ = ["GROUP_BYTES", "ParquetFormat", "footer_details", "packed", "read_groups"]
+__all__ = [
+    "GROUP_BYTES",
+    "Fetched",
+    "ParquetFormat",
+    "footer_details",
+    "packed",
+    "read_errors",
+    "read_groups",
+]
 
 OPEN_FILES = 16  # local shards a decoding thread keeps open (a block's pieces and more)
 
@@ -59,7 +67,7 @@ def _fetch_column_chunks(
     every call and needs a footer sample of at least pyarrow's 64 KiB tail read; with the
     footer already parsed, we only fetch the column chunks (coalesced, concurrent on S3).
     """
-    starts, ends = _column_ranges(shard.url, meta, groups, columns)
+    starts, ends = column_ranges(shard.url, meta, groups, columns)
     limit = shard.bytes - int(shard.details["footer_bytes"])
     ends = [min(e, limit) for e in ends]  # the legacy padding stops at the footer
     n = len(starts)
@@ -99,7 +107,7 @@ def packed(arrays: dict[str, np.ndarray]) -> dict[str, torch.Tensor]:
     return out
 
 
-class _Fetched:
+class Fetched:
     """What `ParquetFormat.fetch` got for rows [start, stop) of a shard: its footer and,
     off local disk, the bytes of the column chunks to decode."""
 
@@ -120,7 +128,7 @@ class _Fetched:
 
 
 @contextmanager
-def _errors(url: str, groups: Sequence[int]) -> Iterator[None]:
+def read_errors(url: str, groups: Sequence[int]) -> Iterator[None]:
     """Storage and decoding errors of a read, named by the shard and its row groups."""
     try:
         yield
@@ -133,7 +141,7 @@ def _errors(url: str, groups: Sequence[int]) -> Iterator[None]:
 class ParquetFormat:
     """Parquet shards. For reading, `schema` is the schema of the asked columns every shard
     gives (ShardIndex.columns_schema), partition columns included (`partitioning`); with
-    `kinds` (batch mode), each piece is made to fit its columns' kinds (loader.kinds)."""
+    `kinds` (batch mode), each piece is made to fit its columns' kinds (loader.columns.kinds)."""
 
     name = "parquet"
     suffixes = (".parquet", ".parq", ".pq")
@@ -176,7 +184,7 @@ class ParquetFormat:
         indexed = [(e.size, e.version) for e in entries]
         starts = [max(0, n - TAIL) for n in sizes]
         tails = read_ranges(fs, urls, starts, sizes, self.retry, indexed)
-        lengths = [_check_footer(t[-8:], e) for t, e in zip(tails, entries)]
+        lengths = [check_footer(t[-8:], e) for t, e in zip(tails, entries)]
         longer = [i for i, (t, n) in enumerate(zip(tails, lengths)) if n + 8 > len(t)]
         if longer:
             more = read_ranges(
@@ -192,19 +200,19 @@ class ParquetFormat:
         out = []
         for tail, n, e in zip(tails, lengths, entries):
             meta, details = footer_details(tail[len(tail) - n - 8 :], e.url)
-            _FOOTERS.put((e.url, e.size, e.version), meta, n + 8)
+            FOOTERS.put((e.url, e.size, e.version), meta, n + 8)
             out.append(details)
         return out
 
     def _metadata(self, fs: Any, shard: Shard) -> Any:
         key = (shard.url, shard.bytes, shard.version)
-        meta = _FOOTERS.get(key)
+        meta = FOOTERS.get(key)
         if meta is None:
             size, n = shard.bytes, shard.details["footer_bytes"]
             indexed = [(size, shard.version)]
             (footer,) = read_ranges(fs, [shard.url], [size - n], [size], self.retry, indexed)
-            meta = _parse_footer(footer)
-            _FOOTERS.put(key, meta, n)
+            meta = parse_footer(footer)
+            FOOTERS.put(key, meta, n)
         return meta
 
     def read(
@@ -218,7 +226,7 @@ class ParquetFormat:
 
     def fetch(
         self, fs: Any, shard: Shard, start: int, stop: int, columns: Sequence[str] | None
-    ) -> _Fetched:
+    ) -> Fetched:
         """The storage part of `read`: the footer and (not local) the column chunks."""
         return self.fetch_many(fs, shard, [(start, stop)], columns)[0]
 
@@ -228,17 +236,17 @@ class ParquetFormat:
         shard: Shard,
         rows: Sequence[tuple[int, int]],
         columns: Sequence[str] | None,
-    ) -> list[_Fetched]:
+    ) -> list[Fetched]:
         """`fetch` of several row ranges of one shard, their column chunks read together:
         one coalesced set of ranged reads (fewer, larger requests), shared by all."""
         shard = complete(self, fs, shard)  # a shard only counted so far: its footer now
         names, cols = self._names(columns)
         got = []
         for start, stop in rows:
-            first_row, groups = _row_groups(shard, start, stop)
-            got.append(_Fetched(shard, start, stop, first_row, groups, names, cols))
+            first_row, groups = row_groups(shard, start, stop)
+            got.append(Fetched(shard, start, stop, first_row, groups, names, cols))
         every = sorted({g for x in got for g in x.groups})
-        with _errors(shard.url, every):
+        with read_errors(shard.url, every):
             meta = self._metadata(fs, shard)
             parts = None
             if not isinstance(fs, LocalFileSystem):
@@ -256,11 +264,11 @@ class ParquetFormat:
         cols = None if names is None else [c for c in names if c not in self.partitions]
         return names, cols
 
-    def decode(self, fs: Any, got: _Fetched) -> pa.Table:
+    def decode(self, fs: Any, got: Fetched) -> pa.Table:
         """The decoding part of `read`: local files are read by pyarrow's own file here
         (pre-buffered, coalesced; about 20% less CPU than bytes read through fsspec)."""
         url, groups, cols = got.shard.url, got.groups, got.cols
-        with _errors(url, groups):
+        with read_errors(url, groups):
             if got.parts is None:
                 try:
                     pf = self._open(fs, got)
@@ -269,11 +277,11 @@ class ParquetFormat:
                     table = pf.read_row_groups(groups, columns=cols, use_threads=False)
                 finally:  # what was read is the indexed file (or a failure is explained)
                     check_version(fs, url, got.shard.bytes, got.shard.version)
-                starts, ends = _column_ranges(url, got.meta, groups, cols)  # the chunks read
+                starts, ends = column_ranges(url, got.meta, groups, cols)  # the chunks read
                 count_fetched(sum(b - a for a, b in zip(starts, ends)), len(starts))
             else:
                 # pyarrow decodes from the fetched parts; a read outside them is fetched,
-                # never zero-filled (loader.ranges); the metadata we pass keeps it from
+                # never zero-filled (loader.storage.ranges); the metadata we pass keeps it from
                 # reading the footer again
                 f = PartsFile(url, got.shard.bytes, got.parts, self._fetcher(fs, got.shard))
                 table = pq.ParquetFile(f, metadata=got.meta).read_row_groups(
@@ -291,7 +299,7 @@ class ParquetFormat:
 
         return fetch
 
-    def _open(self, fs: Any, got: _Fetched) -> pq.ParquetFile:
+    def _open(self, fs: Any, got: Fetched) -> pq.ParquetFile:
         """The shard's file, opened by pyarrow with its cached footer; each decoding thread
         keeps its last few open (a shard's groups are read one after the other: opening
         the file and its reader for each took a fifth of a small group's decoding). A file
@@ -338,7 +346,7 @@ class ParquetFormat:
         """Bytes of the row groups holding rows [start, stop), all columns."""
         if is_deferred(shard):
             return estimated_bytes(shard, start, stop)
-        _, groups = _row_groups(shard, start, stop)
+        _, groups = row_groups(shard, start, stop)
         return int(sum(shard.details["row_group_bytes"][g] for g in groups))
 
     def groups(self, shard: Shard) -> list[int]:
@@ -356,7 +364,7 @@ class ParquetFormat:
         so the reader scales this by what it measured on the groups it decoded."""
         if is_deferred(shard):
             return estimated_bytes(shard, start, stop)
-        _, groups = _row_groups(shard, start, stop)
+        _, groups = row_groups(shard, start, stop)
         d = shard.details
         plain = d.get("column_uncompressed_bytes")
         number = d.get("schema", 0)

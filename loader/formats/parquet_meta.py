@@ -18,16 +18,21 @@ from fsspec.utils import merge_offset_ranges
 
 from ..errors import ShardError
 from ..shard import Shard
-from ..storage import FileEntry, redact
+from ..storage.filesystems import FileEntry, redact
 from .parquet_thrift import encrypted_columns
 
 __all__ = [
+    "FOOTERS",
     "GROUP_BYTES",
     "TAIL",
     "FooterCache",
+    "check_footer",
+    "column_ranges",
     "footer_details",
     "leaf_columns",
+    "parse_footer",
     "read_groups",
+    "row_groups",
     "schema_from_b64",
     "schema_to_b64",
 ]
@@ -69,7 +74,7 @@ def footer_details(footer: bytes, url: str) -> tuple[pq.FileMetaData, dict[str, 
     [offsets[i], offsets[i] + lengths[i]) of the file.
     """
     try:
-        meta = _parse_footer(footer)
+        meta = parse_footer(footer)
     except (pa.ArrowException, OSError) as e:
         raise ShardError(f"{redact(url)}: not a readable Parquet file ({e})") from e
     # a plaintext footer of encrypted columns is followed by its signature (28 bytes), so
@@ -119,7 +124,7 @@ def footer_details(footer: bytes, url: str) -> tuple[pq.FileMetaData, dict[str, 
     }
 
 
-def _parse_footer(footer: bytes) -> pq.FileMetaData:
+def parse_footer(footer: bytes) -> pq.FileMetaData:
     """Parquet metadata from a footer (metadata + 4-byte length + magic); pyarrow wants the
     leading magic too."""
     return pq.read_metadata(pa.BufferReader(_MAGIC + footer))
@@ -210,7 +215,9 @@ def schema_from_b64(text: str) -> pa.Schema:
     return pa.ipc.read_schema(pa.py_buffer(base64.b64decode(text)))
 
 
-def _check_footer(tail: bytes, entry: FileEntry) -> int:
+def check_footer(tail: bytes, entry: FileEntry) -> int:
+    """The footer's length from a Parquet file's last 8 bytes (`tail`); ShardError naming
+    the file if they are not a plain Parquet footer (encrypted, truncated, not Parquet)."""
     if entry.size >= 12 and len(tail) == 8 and tail[4:] == b"PARE":
         raise ShardError(
             f"{redact(entry.url)}: an encrypted Parquet file (encrypted footer, magic PARE: "
@@ -228,7 +235,7 @@ def _check_footer(tail: bytes, entry: FileEntry) -> int:
     return length
 
 
-def _row_groups(shard: Shard, start: int, stop: int) -> tuple[int, list[int]]:
+def row_groups(shard: Shard, start: int, stop: int) -> tuple[int, list[int]]:
     """(first row of the first group, the row groups overlapping rows [start, stop))."""
     # (G+1,) first row of each row group, then the total
     first = np.concatenate(([0], np.cumsum(shard.details["row_group_rows"])))
@@ -240,7 +247,7 @@ def _row_groups(shard: Shard, start: int, stop: int) -> tuple[int, list[int]]:
 MAX_GAP = 64_000  # fetch the gap between two needed column chunks when it is this small
 
 
-def _column_ranges(
+def column_ranges(
     url: str, meta: Any, groups: Sequence[int], columns: Sequence[str] | None
 ) -> tuple[list[int], list[int]]:
     """(starts, ends): byte ranges holding the asked columns' chunks in the given row
@@ -301,4 +308,4 @@ class FooterCache:
 # Footers parsed in this process: indexing fills it, so the process that built the index
 # (and DataLoader workers forked from it) fetches no footer again; a worker reading
 # several pieces of a shard fetches its footer once.
-_FOOTERS = FooterCache(64 << 20)
+FOOTERS = FooterCache(64 << 20)

@@ -20,10 +20,10 @@ import numpy as np
 import torch
 
 from ..errors import ShardError
-from ..ranges import RangeFile
-from ..retry import RetryPolicy, read_ranges
 from ..shard import Shard
-from ..storage import FileEntry, redact
+from ..storage.filesystems import FileEntry, redact
+from ..storage.ranges import RangeFile
+from ..storage.retry import RetryPolicy, read_ranges
 from .deferred import complete, estimated_bytes, is_deferred
 from .tar_members import members_of
 from .tar_scan import (

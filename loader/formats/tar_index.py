@@ -25,9 +25,9 @@ from collections.abc import Sequence
 from typing import Any
 
 from ..errors import StaleSidecarError
-from ..retry import RetryPolicy, read_ranges
 from ..shard import Shard
-from ..storage import FileEntry, filesystem, redact
+from ..storage.filesystems import FileEntry, filesystem, redact
+from ..storage.retry import RetryPolicy, read_ranges
 from .tar_scan import group_members
 
 __all__ = [

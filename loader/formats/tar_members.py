@@ -19,7 +19,7 @@ import numpy.typing as npt
 import pyarrow as pa
 import pyarrow.compute as pc
 
-from ..arrays import flags, numbers
+from ..columns.arrays import flags, numbers
 
 __all__ = ["Keys", "Members", "members_of"]
 

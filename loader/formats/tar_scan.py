@@ -16,8 +16,8 @@ import numpy.typing as npt
 from fsspec.implementations.local import LocalFileSystem
 
 from ..errors import ShardError
-from ..ranges import RangeFile
-from ..storage import redact
+from ..storage.filesystems import redact
+from ..storage.ranges import RangeFile
 
 __all__ = [
     "BLOCK",

@@ -19,8 +19,8 @@ from collections.abc import Sequence
 from typing import Any
 
 from ..errors import StaleSidecarError
-from ..retry import RetryPolicy, read_ranges
-from ..storage import FileEntry, redact
+from ..storage.filesystems import FileEntry, redact
+from ..storage.retry import RetryPolicy, read_ranges
 
 __all__ = ["WidsCount", "check_wids", "normalize_url", "read_wids"]
 

@@ -53,7 +53,7 @@ from loader import (  # noqa: E402  (after the shadowing check)
     Stream,
     StreamingDataset,
 )
-from loader.ranged_get import RangeIgnoredError  # noqa: E402
+from loader.storage.ranged_get import RangeIgnoredError  # noqa: E402
 from sampler import DistributedSampler, MixtureSampler, ShardSampler  # noqa: E402
 
 try:

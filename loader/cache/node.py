@@ -1,0 +1,431 @@
+"""The node cache: remote shard bytes kept on local disk, shared by the ranks of one node.
+
+A shard's bytes are cached in aligned blocks of BLOCK bytes (the last one shorter), each a
+file named from a hash of (url, version) and the block's byte range, so no URL can name a
+path and a rewritten shard (another version) never matches an old block. A read of bytes
+[a, b) takes the blocks covering it from disk and fetches the missing ones (consecutive
+ones in one request), whole: the reads of a node's ranks and epochs cut shards at
+different rows, and aligned blocks are what they share. The block file format and the
+claims are in loader.cache.files.
+
+fsspec's own caches (``filecache``, ``blockcache``) do not fit: they key by path, not by
+the indexed version; they are per process (a node's ranks would each fetch and hold their
+copy), bounded by LRU or not at all, and cannot check what they hand back. So:
+
+- writes are atomic: a block goes to a temporary name, then is renamed, so a killed
+  process leaves no half block (its temporary files are removed by the next scan);
+- every block read from disk is checked (its size, its trailer, and the CRC-32 of each
+  64 KiB piece read: a read of part of a block reads and checks that part); a damaged one
+  is logged (WARNING), deleted and fetched again, never decoded;
+- a block being fetched by one process is claimed (an exclusive ``.claim`` file); the
+  node's other processes wait for it instead of fetching it too;
+- the first cached read of a shard in a reading checks that the remote file is still the
+  indexed version (one metadata request), so a shard rewritten on S3 raises
+  StaleIndexError as an uncached read does, rather than being served from the old copy;
+- with a `limit`, blocks are evicted by next use: the node's plans say when each shard is
+  read next (`loader.cache.next_use.NextUse`), the block needed furthest ahead goes first, and
+  a block needed later than everything held is not cached (Belady's rule) and is then
+  fetched only where read, not whole. The node's processes share the limit: blocks being
+  fetched (claimed) count as held, and each process assumes the others wrote as much as
+  it did since it last listed the folder. ``policy="lru"`` (least recently read first, for
+  comparison) exists for the benchmark and tests.
+- only files with the cache's own names are ever deleted, and only inside its folder.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import logging
+import os
+import threading
+import time
+from collections.abc import Sequence
+from pathlib import Path
+from typing import Any, Protocol
+
+from sampler.checks import parse_size
+
+from ..stats import current
+from ..storage.filesystems import Indexed, check_version
+from ..storage.through import Fetch
+from .files import (
+    CLAIM_WAIT,
+    NAME,
+    TEMP,
+    claim,
+    dead_claim,
+    file_bytes,
+    read_block,
+    shard_key,
+    write_block,
+)
+
+__all__ = ["BLOCK", "NodeCache", "parse_size"]
+
+log = logging.getLogger(__name__)
+
+BLOCK = 1 << 20  # bytes a cached block holds (the unit fetched, kept and evicted)
+POLL = 0.01  # seconds between looks at a block another process is fetching
+RESCAN = 1.0  # seconds the folder's listing is trusted for (the node's writes change it)
+
+
+class Future(Protocol):
+    """When the node reads each shard next (loader.cache.next_use.NextUse)."""
+
+    def shard_of(self, key: str) -> int | None: ...
+    def next_use(self, shards: Sequence[int], after: bool = False) -> list[float]: ...
+    def reached(self, shard: int) -> None: ...
+
+
+class NodeCache:
+    """Blocks of remote shards in `folder` (created if missing), at most `limit` bytes of
+    them (None: no bound), evicted as `policy` says ("next-use": by `future`; "lru")."""
+
+    def __init__(
+        self,
+        folder: str | os.PathLike[str],
+        limit: int | None = None,
+        future: Future | None = None,
+        policy: str = "next-use",
+        sharers: int = 1,
+    ) -> None:
+        if policy not in ("next-use", "lru"):
+            raise ValueError(f"policy must be 'next-use' or 'lru', got {policy!r}")
+        self.folder = Path(folder)
+        self.folder.mkdir(parents=True, exist_ok=True)
+        self.limit, self.future, self.policy = limit, future, policy
+        self.block = BLOCK
+        self._lock = threading.Lock()
+        self._room = threading.Lock()
+        self._pending: dict[str, int] = {}  # blocks being written (their room reserved)
+        self._changed: dict[str, int | None] = {}  # written (bytes) or deleted (None) here
+        self._held: dict[str, int] = {}  # block file name -> bytes on disk
+        self._inflight: dict[str, int] = {}  # blocks others were fetching at the listing
+        self._scanned = -float("inf")
+        self._checked: set[str] = set()  # shards (url keys) checked against the remote
+        # the node's processes writing to the folder, and what this one wrote since it
+        # last listed the folder: the others are assumed to have written as much
+        self.sharers = max(1, sharers)
+        self._since_scan = 0
+
+    # --- reading ---------------------------------------------------------------------
+
+    def read(
+        self,
+        fs: Any,
+        urls: Sequence[str],
+        starts: Sequence[int],
+        ends: Sequence[int],
+        indexed: Sequence[Indexed],
+        fetch: Fetch,
+        shard: int | None = None,
+    ) -> list[bytes]:
+        """Bytes [starts[i], ends[i]) of urls[i] (of the indexed (size, version)), from the
+        cache where it holds them, the missing blocks fetched with `fetch` (the retrying
+        ranged read) and kept. `shard`: the shard these reads are for (the plan's id)."""
+        if shard is not None and self.future is not None:
+            self.future.reached(shard)
+        # what each range needs of each block: (range, block name, the block's bytes
+        # [lo, hi) of the file, and the part [x, y) of the block wanted)
+        needs: list[tuple[int, str, int, int, int, int]] = []
+        for i, (a, b) in enumerate(zip(starts, ends)):
+            size = indexed[i][0]
+            key = shard_key(urls[i], indexed[i][1])
+            for lo in range(a - a % self.block, b, self.block):
+                hi = min(lo + self.block, size)
+                needs.append((i, f"{key}-{lo}-{hi}.blk", lo, hi, max(a, lo) - lo, min(b, hi) - lo))
+        parts: dict[int, bytes] = {}  # need -> its bytes, served from disk
+        missing: dict[str, tuple[int, int, int]] = {}  # block name -> (range, lo, hi)
+        for k, (i, name, lo, hi, x, y) in enumerate(needs):
+            data = None if name in missing else self._get(name, x, y)
+            if data is None:
+                missing.setdefault(name, (i, lo, hi))
+            else:
+                parts[k] = data
+        if parts:
+            self._check_remote(fs, {needs[k][0] for k in parts}, urls, indexed)
+            current().add("cache_hit_bytes", sum(len(d) for d in parts.values()))
+        whole: dict[str, bytes] = {}  # block name -> the whole block
+        keep: list[str] = []  # blocks this process fetches whole, to keep
+        passed: set[str] = set()  # blocks the policy does not keep: only what is read
+        for name in missing:
+            if not self._claim(name):
+                continue  # another process of the node is fetching it
+            data = self._get(name)  # written by another process since it was missing?
+            if data is not None:
+                self._unclaim(name)
+                whole[name] = data
+                current().add("cache_hit_bytes", len(data))
+            elif self._reserve(name, missing[name][2] - missing[name][1]):
+                keep.append(name)
+            else:
+                self._unclaim(name)
+                passed.add(name)
+        try:
+            whole.update(self._fetch(keep, missing, urls, indexed, fetch))
+        finally:
+            for name in keep:
+                self._unclaim(name)
+            with self._lock:  # reservations of blocks a failed fetch never wrote
+                for name in keep:
+                    self._pending.pop(name, None)
+        for name in missing:  # fetched by another process of the node: wait for it
+            if name not in whole and name not in passed:
+                data = self._wait(name)
+                if data is not None:
+                    whole[name] = data
+                    current().add("cache_hit_bytes", len(data))
+        # what no block kept holds (not kept, or its fetcher gave up): the bytes read only
+        exact = [k for k, n in enumerate(needs) if k not in parts and n[1] not in whole]
+        runs: list[list[int]] = []  # consecutive needs of one range: one request
+        for k in exact:
+            if runs and needs[runs[-1][-1]][0] == needs[k][0] and k == runs[-1][-1] + 1:
+                runs[-1].append(k)
+            else:
+                runs.append([k])
+        got = (
+            fetch(
+                [urls[needs[r[0]][0]] for r in runs],
+                [needs[r[0]][2] + needs[r[0]][4] for r in runs],
+                [needs[r[-1]][2] + needs[r[-1]][5] for r in runs],
+                [indexed[needs[r[0]][0]] for r in runs],
+            )
+            if runs
+            else []
+        )
+        for run, blob in zip(runs, got):
+            at = 0
+            for k in run:
+                n = needs[k][5] - needs[k][4]
+                parts[k] = blob[at : at + n]
+                at += n
+        out: list[list[bytes]] = [[] for _ in urls]
+        for k, (i, name, _, _, x, y) in enumerate(needs):
+            out[i].append(parts[k] if k in parts else whole[name][x:y])
+        return [p[0] if len(p) == 1 else b"".join(p) for p in out]
+
+    def _fetch(
+        self,
+        names: list[str],
+        blocks: dict[str, tuple[int, int, int]],
+        urls: Sequence[str],
+        indexed: Sequence[Indexed],
+        fetch: Fetch,
+    ) -> dict[str, bytes]:
+        """Fetch the blocks `names` (consecutive blocks of a file in one range) and write
+        them (their room is reserved)."""
+        if not names:
+            return {}
+        runs: list[tuple[int, int, int, list[str]]] = []  # (url index, start, end, names)
+        for name in names:
+            i, lo, hi = blocks[name]
+            if runs and runs[-1][0] == i and runs[-1][2] == lo:
+                runs[-1] = (i, runs[-1][1], hi, [*runs[-1][3], name])
+            else:
+                runs.append((i, lo, hi, [name]))
+        data = fetch(
+            [urls[i] for i, *_ in runs],
+            [lo for _, lo, _, _ in runs],
+            [hi for _, _, hi, _ in runs],
+            [indexed[i] for i, *_ in runs],
+        )
+        out: dict[str, bytes] = {}
+        for (_, lo, _, run), blob in zip(runs, data):
+            if len(run) == 1 and len(blob) == blocks[run[0]][2] - blocks[run[0]][1]:
+                out[run[0]] = blob
+                self._write(run[0], blob)
+                continue
+            for name in run:
+                _, a, b = blocks[name]
+                out[name] = blob[a - lo : b - lo]
+                self._write(name, out[name])
+        return out
+
+    def _check_remote(
+        self, fs: Any, which: set[int], urls: Sequence[str], indexed: Sequence[Indexed]
+    ) -> None:
+        """StaleIndexError if a shard served from the cache is no longer its indexed
+        version on the remote (checked once a shard per cache object: one reading)."""
+        for i in sorted(which):
+            key = shard_key(urls[i], indexed[i][1])
+            if key in self._checked:
+                continue
+            fs.invalidate_cache(fs._strip_protocol(urls[i]))
+            check_version(fs, urls[i], *indexed[i])
+            current().add("requests", 1)
+            with self._lock:
+                self._checked.add(key)
+
+    # --- the files ---------------------------------------------------------------------
+
+    def _get(self, name: str, x: int = 0, y: int | None = None) -> bytes | None:
+        """Bytes [x, y) of the block (y None: its end) if the folder holds it intact (see
+        `read_block`); a damaged block is logged, deleted and None returned."""
+        path = self.folder / name
+        data, problem = read_block(path, x, y)
+        if problem is not None:
+            log.warning("cache: %s is damaged (%s): fetching the block again", path, problem)
+            self._delete(name)
+            return None
+        if data is not None and self.policy == "lru":
+            with contextlib.suppress(OSError):
+                os.utime(path)  # recency is the file's mtime, shared by the node
+        return data
+
+    def _put(self, name: str, data: bytes) -> None:
+        """Write the block atomically if the policy keeps it."""
+        if self._reserve(name, len(data)):
+            self._write(name, data)
+
+    def _reserve(self, name: str, size: int) -> bool:
+        """Whether the policy keeps a block of `size` data bytes; if so its room is made
+        (evicting as the policy says) and reserved until `_write`."""
+        need = file_bytes(size)
+        with self._room:  # decide and reserve at once: reader threads put concurrently
+            if not self._make_room(name, need):
+                return False
+            with self._lock:
+                self._pending[name] = need
+        return True
+
+    def _write(self, name: str, data: bytes) -> None:
+        """Write a reserved block atomically: a temporary name, then a rename."""
+        try:
+            write_block(self.folder / name, data)
+        except OSError as e:  # a full disk must not fail the read: the bytes are here
+            log.warning("cache: cannot write %s (%s): not cached", self.folder / name, e)
+            with self._lock:
+                self._pending.pop(name, None)
+            return
+        with self._lock:
+            size = self._pending.pop(name, 0)
+            self._held[name] = self._changed[name] = size
+
+    def _delete(self, name: str) -> None:
+        if NAME.match(name) is None:  # never a file the cache did not name
+            raise AssertionError(f"cache: refusing to delete {name!r}")
+        with contextlib.suppress(FileNotFoundError):
+            (self.folder / name).unlink()
+        with self._lock:
+            self._held.pop(name, None)
+            self._changed[name] = None
+
+    def _claim(self, name: str) -> bool:
+        """Whether this process now fetches the block (False: another one is)."""
+        return claim(self.folder / f"{name}.claim")
+
+    def _unclaim(self, name: str) -> None:
+        with contextlib.suppress(FileNotFoundError):
+            (self.folder / f"{name}.claim").unlink()
+
+    def _wait(self, name: str) -> bytes | None:
+        """The block once the process that claimed it has written it; None if it gave up
+        (it did not keep the block, or failed) or took longer than CLAIM_WAIT."""
+        claim = self.folder / f"{name}.claim"
+        deadline = time.monotonic() + CLAIM_WAIT
+        while time.monotonic() < deadline:
+            data = self._get(name)
+            if data is not None or not claim.exists() or dead_claim(claim):
+                return data if data is not None else self._get(name)
+            time.sleep(POLL)
+        return None
+
+    # --- what is held, and eviction -------------------------------------------------------
+
+    def held(self, rescan: bool = False) -> dict[str, int]:
+        """{block file name: bytes on disk} of the folder (re-listed when older than RESCAN
+        seconds, or when asked), counting the blocks being fetched (claimed: by this
+        process or another of the node) at their size; temporary files a killed process
+        left are removed."""
+        now = time.monotonic()
+        if rescan or now - self._scanned > RESCAN:
+            with self._lock:  # what this process writes and deletes during the listing
+                self._changed = {}
+            found: dict[str, int | None] = {}
+            inflight: dict[str, int] = {}  # blocks being fetched (claimed), by their names
+            with os.scandir(self.folder) as entries:
+                for e in entries:
+                    if NAME.match(e.name):
+                        with contextlib.suppress(FileNotFoundError):
+                            found[e.name] = e.stat().st_size
+                    elif e.name.endswith(".claim") and (m := NAME.match(e.name[:-6])):
+                        inflight[e.name[:-6]] = file_bytes(int(m.group(3)) - int(m.group(2)))
+                    elif TEMP.match(e.name):
+                        with contextlib.suppress(FileNotFoundError):
+                            if time.time() - e.stat().st_mtime > CLAIM_WAIT:
+                                os.unlink(e.path)
+            with self._lock:
+                found.update(self._changed)
+                self._held = {n: b for n, b in found.items() if b is not None}
+                self._inflight = {n: b for n, b in inflight.items() if n not in self._held}
+                self._scanned = now
+                self._since_scan = 0
+        with self._lock:
+            return {**self._inflight, **self._held, **self._pending}
+
+    def held_bytes(self) -> int:
+        """Bytes the folder holds in blocks (re-listed now)."""
+        return sum(self.held(rescan=True).values())
+
+    def _make_room(self, name: str, need: int) -> bool:
+        """Whether to keep a block of `need` bytes, after evicting what the policy says."""
+        if self.limit is None:
+            return True
+        if need > self.limit:
+            return False
+        # this process's view, plus what the node's other processes may have written
+        # since it was listed (as much as this one): listed again only when that could
+        # pass the limit
+        held = self.held()
+        total = sum(held.values()) + (self.sharers - 1) * self._since_scan
+        if total + need > self.limit:
+            held = self.held(rescan=True)
+            total = sum(held.values())
+        if total + need <= self.limit:
+            self._since_scan += need
+            return True
+        with self._lock:
+            writing = {*self._pending, *self._inflight}
+        victims = self._victims(name, {n: b for n, b in held.items() if n not in writing})
+        if victims is None or total - sum(held[v] for v in victims) + need > self.limit:
+            return False  # what may go would not make room: evict nothing
+        # room for this block, and for one more block of each process (so the next
+        # writes need not list the folder again), from blocks needed later than this one
+        room = need + (self.sharers - 1) * self.block
+        for victim in victims:
+            if total + need <= self.limit and total + room <= self.limit:
+                break
+            self._delete(victim)
+            total -= held[victim]
+        self._since_scan += need
+        return total + need <= self.limit
+
+    def _victims(self, name: str, held: dict[str, int]) -> list[str] | None:
+        """Held blocks in the order to evict them to keep `name`; None: `name` itself is
+        the one to leave out (next-use: needed later than everything held)."""
+        names = [n for n in held if n != name]
+        if self.policy == "lru" or self.future is None:
+
+            def mtime(n: str) -> float:
+                try:
+                    return (self.folder / n).stat().st_mtime
+                except FileNotFoundError:
+                    return -1.0
+
+            return sorted(names, key=mtime)
+        future = self.future
+        shard_of = {}
+        for n in {*names, name}:
+            shard_of[n] = future.shard_of(n[:32])
+        known = sorted({s for s in shard_of.values() if s is not None})
+        uses = dict(zip(known, future.next_use(known)))
+        mine = shard_of[name]
+        # the new block's next use after the read now under way
+        own = future.next_use([mine], after=True)[0] if mine is not None else float("inf")
+
+        def when(n: str) -> float:
+            s = shard_of[n]
+            return float("inf") if s is None else uses[s]
+
+        later = sorted((n for n in names if when(n) > own), key=when, reverse=True)
+        return later or None

@@ -1,0 +1,40 @@
+"""Arrow columns as numpy arrays without copies, and without `to_numpy` (pyarrow imports
+pandas for it on first use, 0.3 s): what the columnar index (loader.index.table) and the tar
+member tables (loader.formats.tar_members) read their columns with."""
+
+from __future__ import annotations
+
+import numpy as np
+import pyarrow as pa
+
+__all__ = ["flags", "numbers", "one_array"]
+
+
+def one_array(col: pa.Array | pa.ChunkedArray) -> pa.Array:
+    """A column as one array: its chunk when it has one (`combine_chunks` would copy it)."""
+    if isinstance(col, pa.Array):
+        return col
+    return col.chunk(0) if col.num_chunks == 1 else col.combine_chunks()
+
+
+_NUMPY = {pa.int64(): np.int64, pa.int32(): np.int32, pa.uint8(): np.uint8}
+
+
+def numbers(col: pa.Array | pa.ChunkedArray, fill: int = 0) -> np.ndarray:
+    """An integer Arrow column as a numpy array (a view of its buffer when it has no
+    nulls; nulls as `fill`). Not `to_numpy`: pyarrow imports pandas for it, 0.3 s."""
+    arr = one_array(col)
+    if arr.type not in _NUMPY:
+        arr = arr.cast(pa.int64())
+    if arr.null_count:
+        arr = arr.fill_null(fill)
+    kind = np.dtype(_NUMPY[arr.type])
+    data = arr.buffers()[1]
+    if data is None:
+        return np.zeros(len(arr), dtype=kind)
+    return np.frombuffer(data, dtype=kind, count=len(arr), offset=arr.offset * kind.itemsize)
+
+
+def flags(mask: pa.Array | pa.ChunkedArray) -> np.ndarray:
+    """A boolean Arrow array as a numpy bool array, nulls False."""
+    return numbers(one_array(mask).cast(pa.uint8())).astype(bool)

@@ -1,0 +1,289 @@
+"""The index built by many processes: one lists, each scans a disjoint share, all assemble.
+
+Under an initialized torch.distributed process group (`build_distributed`):
+
+    rank 0      discover(source)              the listing (or manifest), once
+    broadcast   the listing                   every rank gets the same shard order
+    rank r      scan(share r)                 1/R of the footers, headers or sidecars
+    all_gather  the parts                     every rank gets every part
+    every rank  assemble(listing, parts)      the same index, on every rank
+
+Every rank takes part in both collectives whatever happens: an exception while listing
+or scanning travels in the collective as its type and message, and every rank then raises
+the same error (the first failing rank's, which names the shard), so no rank is left
+waiting. `build_parallel` does the same split over worker processes on one machine
+(``shardstream-plan --index-workers N``).
+"""
+
+from __future__ import annotations
+
+import logging
+import multiprocessing
+import time
+import warnings
+from collections.abc import Callable, Sequence
+from concurrent.futures import FIRST_COMPLETED, ProcessPoolExecutor, wait
+from dataclasses import dataclass
+from typing import Any
+
+import numpy as np
+import numpy.typing as npt
+import torch
+import torch.distributed as dist
+
+from ..errors import ShardError, StaleIndexError, StaleSidecarError
+from ..storage.filesystems import filesystem
+from ..storage.retry import RetryPolicy
+from .assemble import assemble_rows, from_ipc, scanned_rows, to_ipc
+from .build import SCAN_BATCH, Listing, discover, scan, shares
+from .shard_index import INDEX_SUFFIXES, ShardIndex
+
+__all__ = ["build_distributed", "build_parallel", "shared_index"]
+
+log = logging.getLogger(__name__)
+
+# seconds of each step of this process's last build_distributed (for benchmarks)
+LAST_BUILD: dict[str, float] = {}
+
+_KNOWN = {
+    c.__name__: c
+    for c in (
+        ShardError,
+        StaleIndexError,
+        StaleSidecarError,
+        FileNotFoundError,
+        PermissionError,
+        ValueError,
+    )
+}
+
+
+@dataclass(frozen=True)
+class _Failure:
+    """An exception as it travels between processes (any exception pickles this way)."""
+
+    kind: str
+    message: str
+    where: str
+
+    @classmethod
+    def of(cls, e: BaseException, where: str) -> _Failure:
+        return cls(type(e).__name__, str(e), where)
+
+    def error(self) -> Exception:
+        """The same kind of exception where it is one of ours or a builtin the loader
+        raises (its message names the shard), else a ShardError quoting it."""
+        known = _KNOWN.get(self.kind)
+        if known is None:
+            return ShardError(f"indexing failed {self.where}: {self.kind}: {self.message}")
+        return known(f"{self.message} (indexing {self.where})")
+
+
+def _scan_part(
+    listing: Listing,
+    positions: Sequence[int] | npt.NDArray[np.int64],
+    storage_options: dict[str, Any] | None,
+    retry: RetryPolicy,
+    where: str,
+) -> bytes | _Failure:
+    """The rows of the shards at `positions` (scanned here), as Arrow IPC bytes: arrays
+    travel between processes, not a pickled object a shard."""
+    try:
+        scanned = scan(listing.part(positions), storage_options, retry)
+        return to_ipc(scanned_rows(scanned, positions))
+    except Exception as e:  # travels to every process, raised there
+        return _Failure.of(e, where)
+
+
+def _index(
+    listing: Listing, parts: Sequence[bytes], storage_options: dict[str, Any] | None
+) -> ShardIndex:
+    """The index from the scanned parts' rows."""
+    table, schemas, partitioning = assemble_rows(
+        listing, [from_ipc(p) for p in parts], storage_options
+    )
+    return ShardIndex(
+        schemas=schemas, partitioning=partitioning, table=table, format=listing.format
+    )
+
+
+def build_distributed(
+    source: str | Sequence[str],
+    storage_options: dict[str, Any] | None = None,
+    retry: RetryPolicy | None = None,
+) -> ShardIndex:
+    """Build the index of `source` with every rank of the initialized default process
+    group scanning a disjoint share of the shards (contiguous runs of about equal cost:
+    loader.index.build.shares). Returns the same index on every rank; an error on any rank is
+    raised on every rank."""
+    retry = retry or RetryPolicy()
+    rank, world = dist.get_rank(), dist.get_world_size()
+    t0 = time.perf_counter()
+    listing, listed = _broadcast_listing(rank, source, storage_options, retry)
+    t1 = time.perf_counter()
+    positions = shares(listing, world)
+    # a deferred shard (a manifest's count) is not read: no rank scans it
+    scanned = ~listing.defer
+    if listing.schema_shard is not None:
+        scanned[listing.schema_shard] = True
+    mine = positions[rank][scanned[positions[rank]]]
+    part = _scan_part(listing, mine, storage_options, retry, f"on rank {rank}")
+    t2 = time.perf_counter()
+    gathered: list[Any] = [None] * world
+    dist.all_gather_object(gathered, part)
+    failed = [g for g in gathered if isinstance(g, _Failure)]
+    if failed:
+        raise failed[0].error()
+    t3 = time.perf_counter()
+    index = _index(listing, gathered, storage_options)
+    LAST_BUILD.clear()
+    LAST_BUILD.update(
+        listing=listed,
+        broadcast=t1 - t0 - listed,
+        scanning=t2 - t1,
+        gathering=t3 - t2,
+        assembling=time.perf_counter() - t3,
+        total=time.perf_counter() - t0,
+    )
+    log.info(
+        "rank %d of %d: %d shards indexed in %.2fs (listing on rank 0 %.2fs, broadcast "
+        "%.2fs, scanning %d shards %.2fs, gathering %.2fs, assembling %.2fs)",
+        rank,
+        world,
+        len(listing),
+        LAST_BUILD["total"],
+        listed,
+        LAST_BUILD["broadcast"],
+        len(mine),
+        t2 - t1,
+        t3 - t2,
+        LAST_BUILD["assembling"],
+    )
+    return index
+
+
+def _broadcast_listing(
+    rank: int,
+    source: str | Sequence[str],
+    storage_options: dict[str, Any] | None,
+    retry: RetryPolicy,
+) -> tuple[Listing, float]:
+    """(rank 0's listing, the seconds rank 0 took to list) on every rank: its size (or
+    its failure) as an object, then its Arrow bytes as one tensor (a million shards are
+    ~60 MB of arrays, never pickled objects; the arrays on other ranks are views of the
+    received buffer)."""
+    box: list[Any] = [None]
+    data = None
+    if rank == 0:
+        try:
+            t0 = time.perf_counter()
+            data = discover(source, storage_options, retry).to_buffer()
+            box[0] = (data.size, time.perf_counter() - t0)
+        except Exception as e:
+            box[0] = _Failure.of(e, "on rank 0, listing the source")
+    else:
+        _connect(source, storage_options)  # while rank 0 lists
+    dist.broadcast_object_list(box, src=0)
+    if isinstance(box[0], _Failure):
+        raise box[0].error()
+    if rank == 0:
+        with warnings.catch_warnings():  # read-only, and only read: the source of the send
+            warnings.simplefilter("ignore", UserWarning)
+            buffer = torch.frombuffer(data, dtype=torch.uint8)
+    else:
+        buffer = torch.empty(int(box[0][0]), dtype=torch.uint8)
+    dist.broadcast(buffer, src=0)
+    return Listing.from_buffer(buffer.numpy()), float(box[0][1])
+
+
+def _connect(source: str | Sequence[str], storage_options: dict[str, Any] | None) -> None:
+    """Open this process's filesystem for the source: an S3 client loads its service model
+    and credentials (~0.5 s), which would otherwise come after rank 0's listing, on the
+    critical path. Errors are left for the scan, which names the shard."""
+    url = source if isinstance(source, str) else next(iter(source), None)
+    if not url:
+        return
+    try:
+        fs, _ = filesystem(url, storage_options)
+        connect = getattr(fs, "connect", None)
+        if callable(connect):
+            connect()
+    except Exception as e:  # the scan reports what is wrong
+        log.debug("connecting for %s: %s", url, e)
+
+
+def _broadcast_saved(source: str, storage_options: dict[str, Any] | None) -> ShardIndex:
+    """A saved index: rank 0 reads it, the others get it from rank 0 (one read, not R)."""
+    box: list[Any] = [None]
+    if dist.get_rank() == 0:
+        try:
+            box[0] = ShardIndex.load(source, storage_options)  # pickles as its arrays
+        except Exception as e:
+            box[0] = _Failure.of(e, "on rank 0, loading the saved index")
+    dist.broadcast_object_list(box, src=0)
+    if isinstance(box[0], _Failure):
+        raise box[0].error()
+    index: ShardIndex = box[0]
+    return index
+
+
+def shared_index(
+    source: Any, storage_options: dict[str, Any] | None, retry: RetryPolicy
+) -> ShardIndex:
+    """The dataset's index, built once per job: as given (a ShardIndex); without a process
+    group (or with one rank), built or loaded here; under one, a saved index read by rank
+    0 and broadcast, else built by all ranks (`build_distributed`)."""
+    if isinstance(source, ShardIndex):
+        return source
+    if not (dist.is_available() and dist.is_initialized()) or dist.get_world_size() == 1:
+        return ShardIndex.resolve(source, storage_options, retry=retry)
+    if not isinstance(source, str | list | tuple):
+        return ShardIndex.resolve(source)  # raises the same ValueError on every rank
+    if isinstance(source, str) and source.endswith(INDEX_SUFFIXES):
+        return _broadcast_saved(source, storage_options)
+    return build_distributed(source, storage_options, retry)
+
+
+def build_parallel(
+    source: str | Sequence[str],
+    storage_options: dict[str, Any] | None = None,
+    workers: int = 1,
+    retry: RetryPolicy | None = None,
+    progress: Callable[[int, int], None] | None = None,
+    listed: Callable[[int], None] | None = None,
+    sidecars: bool = True,
+) -> ShardIndex:
+    """Build the index of `source` here, scanning with `workers` processes (batches of
+    SCAN_BATCH shards each; one process lists first). A failing batch stops the build and
+    its error, which names the shard, is raised here."""
+    retry = retry or RetryPolicy()
+    listing = discover(source, storage_options, retry, listed, sidecars)
+    n = len(listing)
+    if workers <= 1 or n <= SCAN_BATCH:
+        return ShardIndex.assembled(
+            listing, scan(listing, storage_options, retry, progress), storage_options
+        )
+    batches = [list(range(lo, min(n, lo + SCAN_BATCH))) for lo in range(0, n, SCAN_BATCH)]
+    methods = multiprocessing.get_all_start_methods()
+    context = multiprocessing.get_context("fork" if "fork" in methods else "spawn")
+    parts: list[bytes] = []
+    with ProcessPoolExecutor(workers, mp_context=context) as pool:
+        pending = {
+            pool.submit(_scan_part, listing, b, storage_options, retry, "in a worker"): b
+            for b in batches
+        }
+        done = 0
+        while pending:
+            finished, _ = wait(pending, return_when=FIRST_COMPLETED)
+            for future in finished:
+                batch = pending.pop(future)
+                got = future.result()
+                if isinstance(got, _Failure):
+                    for other in pending:
+                        other.cancel()
+                    raise got.error()
+                parts.append(got)
+                done += len(batch)
+                if progress is not None:
+                    progress(done, n)
+    return _index(listing, parts, storage_options)

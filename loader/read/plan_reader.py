@@ -1,0 +1,242 @@
+"""The read pipeline: records [start, stop) of reading plans, fetched and decoded ahead.
+
+A `PlanReader` knows one dataset (its index, format, columns, storage and retry policy) and
+turns runs of a plan into *parts*: what the format's `cut` gives for consecutive records
+(an Arrow-backed column dict, a list of samples), cut so that every `step` records from
+the start of a read end a part (a batch is then one part, or a few joined by `regroup`).
+
+    (plan, start, stop) runs -> read groups (a piece's decode units), in the order the
+                                reading first needs them: fetched by `read_threads`
+                                threads as far ahead as the memory budget allows (off
+                                local disk), decoded a few ahead by decoding threads, or
+                                by the consumer when it needs them (loader.read.decoding:
+                                local files on 2 cores have no decoding thread)
+                             -> slabs of up to SLAB records gathered from the groups held
+                             -> parts of at most `step` records, in the plan's order
+
+A plan reads each piece of a block group by group (sampler.plan), so the reader holds one
+group of each of the block's `window` pieces (the working set) plus what it reads ahead:
+the first records flow once the first group of each piece is decoded, not a whole block,
+and a group is let go as soon as its piece moves on to its next group. The reading order is
+computed a chunk ahead on a thread of its own, except where no thread decodes (local files
+on 2 cores): there the consumer does everything itself (a thread would only take the GIL
+from it).
+
+The memory budget is loader.read.budget; who decodes a group, and when, loader.read.decoding.
+
+For a mixture of streams, give each stream's reader one shared MemoryBudget (so the bound
+holds for all of them together); each reader still reads its own stream's groups in its
+own order.
+"""
+
+from __future__ import annotations
+
+import threading
+import time
+from collections.abc import Iterable, Iterator, Sequence
+from concurrent.futures import ThreadPoolExecutor
+from typing import Any
+
+from fsspec.implementations.local import LocalFileSystem
+
+from ..cache.node import NodeCache
+from ..columns.gather import ConversionError
+from ..errors import ShardError, redact
+from ..formats import Format
+from ..index.shard_index import ShardIndex
+from ..stats import Stats, active, fetch_seconds
+from ..storage.filesystems import filesystem
+from ..storage.retry import RetryPolicy
+from ..storage.through import reading_shard
+from .budget import DEFAULT_MEMORY_BUDGET, MemoryBudget, budget_of
+from .decoding import decode_threads, decoding_pool
+from .groups import Group, Stopped, finish
+from .reading import Reading, Run
+
+__all__ = [
+    "DEFAULT_MEMORY_BUDGET",
+    "SLAB",
+    "MemoryBudget",
+    "PlanReader",
+    "Run",
+    "decode_threads",
+    "decoding_pool",
+    "is_local",
+]
+
+
+SLAB = 2048  # records gathered at once from the groups held (then cut into parts)
+CHUNK_RECORDS = 32768  # records of the reading order computed at once (small: the first
+# records flow sooner, and the consumer thread does not hold the GIL long)
+# decoded bytes per estimated byte until a group is measured: encoded pages are often
+# smaller than the decoded columns (dictionaries, run lengths), so start cautious
+FIRST_SCALE = 2.0
+
+
+def is_local(index: ShardIndex, storage_options: dict[str, Any] | None) -> bool:
+    """Whether the index's shards are local files."""
+    if not index.shards:
+        return True
+    fs, _ = filesystem(index.shards[0].url, dict(storage_options or {}))
+    return isinstance(fs, LocalFileSystem)
+
+
+class PlanReader:
+    """Reads runs of plans over one ShardIndex, read group by read group.
+
+    `read_threads` threads fetch groups in the order the reading needs them, as far ahead
+    as `memory_budget` allows (bytes, or a MemoryBudget shared with other readers, e.g. a
+    mixture's streams; default DEFAULT_MEMORY_BUDGET); `decode_threads()` threads decode
+    them a few ahead of need, and the consumer decodes a group itself when none has.
+    `prefetch` (deprecated, for one release): instead of a budget,
+    read ahead `prefetch` more sets of the first block's groups, as the old reader read
+    `prefetch` more blocks. Counters go to `stats` (see loader.stats). `decoders`: a
+    decoding pool shared with other readers (a mixture's streams: their decoding then takes
+    the cores a single reader's would, not that many times over; its owner shuts it down);
+    by default each `parts` call starts its own. `cache`: the node cache remote reads go
+    through (loader.cache.node), if any.
+    """
+
+    def __init__(
+        self,
+        index: ShardIndex,
+        fmt: Format,
+        *,
+        columns: Sequence[str] | None,
+        storage_options: dict[str, Any] | None,
+        retry: RetryPolicy,
+        read_threads: int,
+        prefetch: int | None = None,
+        memory_budget: int | MemoryBudget | None = None,
+        stats: Stats | None = None,
+        decoders: ThreadPoolExecutor | None = None,
+        cache: NodeCache | None = None,
+    ) -> None:
+        self.index = index
+        self.cache = cache
+        self.fmt = fmt
+        self.columns = None if columns is None else list(columns)
+        self.storage_options = dict(storage_options or {})
+        self.retry = retry
+        self.read_threads = read_threads
+        self.prefetch = prefetch
+        self.budget = budget_of(memory_budget)
+        self.stats = stats if stats is not None else Stats()
+        self.decoders = decoders
+        self._lock = threading.Lock()
+        self._measured = [0, 0]  # bytes decoded groups held, and what was estimated for them
+
+    def parts(self, runs: Iterable[Run], step: int) -> Iterator[Any]:
+        """The runs' records in reading order, in parts of at most `step` records that end
+        at multiples of `step` records from the start (so batches are single parts)."""
+        runs = list(runs)
+        if not runs or not self.index.shards:
+            return
+        fs, _ = filesystem(self.index.shards[0].url, self._options())
+        slab = step * max(1, SLAB // step)
+        reading = Reading(self, fs, runs)
+        self.fmt.reserve(reading.budget.limit + reading.budget.limit // 2)
+        done = 0
+        try:
+            reading.pump()
+            for r, (plan, a, b) in enumerate(runs):
+                block: tuple[int, int] | None = None
+                for chunk in reading.ahead_of(plan.chunks(a, b, CHUNK_RECORDS)):
+                    if chunk.block != block:
+                        if block is not None:
+                            reading.let_go_block(r, block)
+                        block = chunk.block
+                    lo = 0
+                    while lo < len(chunk):
+                        hi = min(len(chunk), lo + slab - done % slab)
+                        hi, groups = reading.slab_end(r, chunk, lo, hi, step - done % step, step)
+                        taken = reading.gather(r, chunk, lo, hi, groups)
+                        at = 0
+                        while at < hi - lo:
+                            end = min(hi - lo, at + step - done % step)
+                            yield self.fmt.cut(taken, at, end)
+                            done += end - at
+                            at = end
+                        lo = hi
+                if block is not None:
+                    reading.let_go_block(r, block)
+        finally:
+            reading.close()
+
+    @property
+    def local(self) -> bool:
+        """Whether the shards are local files (no fetching ahead pays: see `Reading`)."""
+        return is_local(self.index, self.storage_options)
+
+    def _options(self) -> dict[str, Any]:
+        """The storage options, with room for `read_threads` S3 connections unless the
+        caller chose a pool size (s3fs's client keeps 10)."""
+        if not self.index.shards[0].url.startswith(("s3://", "s3a://")):
+            return self.storage_options
+        config = dict(self.storage_options.get("config_kwargs") or {})
+        config.setdefault("max_pool_connections", max(10, self.read_threads))
+        return {**self.storage_options, "config_kwargs": config}
+
+    def estimate(self, shard_id: int, start: int, stop: int) -> tuple[int, int]:
+        """(what the budget is charged, the format's own estimate) for reading rows
+        [start, stop) of a shard: the format's estimate scaled by what decoded groups
+        measured against their estimates so far."""
+        shard = self.index.shards[shard_id]
+        raw = self.fmt.estimate(shard, start, stop, self.columns)
+        with self._lock:
+            measured, estimated = self._measured
+        scale = measured / estimated if estimated else FIRST_SCALE
+        return max(1, int(raw * scale)), raw
+
+    def fetch(self, fs: Any, entry: Group) -> None:
+        """Fetch a group's bytes (in a fetching thread), then queue it for decoding (see
+        `loader.read.decoding.Ahead`); its future gets the joined block, or None if it was
+        let go first.
+        Off local disk, the later groups of the same shard already started are fetched
+        with it (up to FETCH_BYTES stored): fewer, larger requests, as object stores want."""
+        together = entry.ahead.claim(entry)
+        if not together:
+            return  # an earlier fetch of its shard took it along
+        if entry.ahead.halted:  # a read failed, or reading stopped: start nothing more
+            for e_ in together:
+                finish(e_, None, Stopped("an earlier read failed, or reading stopped"))
+            return
+        try:
+            shard = self.index.shards[entry.shard]
+            rows = [(e.first, e.stop) for e in together]
+            with active(self.stats), reading_shard(self.cache, entry.shard):
+                raws = self.fmt.fetch_many(fs, shard, rows, self.columns)
+        except BaseException as e:
+            # the reads queued behind this one start nothing: the error reaches the
+            # consumer after the reads in flight, not after each queued one has spent its
+            # own retries
+            entry.ahead.halted = True
+            for e_ in together:
+                finish(e_, None, e)
+            return
+        for e_, raw in zip(together, raws):
+            entry.ahead.fetched(e_, raw)
+
+    def decode(self, fs: Any, entry: Group, raw: Any) -> Any:
+        """Decode and join one group (in a decoding thread: the same few threads decode
+        every group, so Arrow's allocator keeps free memory in few thread heaps), and
+        charge the budget its measured size instead of the estimate."""
+        with active(self.stats):
+            t0 = time.perf_counter()
+            fetched = fetch_seconds()  # local files are read while decoding
+            try:
+                block = self.fmt.join([self.fmt.decode(fs, raw)])
+            except ConversionError as e:
+                url = redact(self.index.shards[entry.shard].url)
+                where = f"column {e.column!r}, row {entry.first + e.row} of the shard"
+                raise ShardError(f"{url}: {where}: {e.cause}") from e
+            fetched = fetch_seconds() - fetched
+        self.stats.add("decode_s", time.perf_counter() - t0 - fetched)
+        size = self.fmt.nbytes(block)
+        self.budget.refund(entry.charged - size)
+        entry.charged = size
+        self.stats.add("peak_held_bytes", self.budget.peak)
+        with self._lock:
+            self._measured[0] += size
+            self._measured[1] += entry.raw
+        return block

@@ -1,0 +1,283 @@
+"""One `PlanReader.parts` call's reading (loader.read.plan_reader): which read groups are
+scheduled, being read and held, when each is fetched and decoded, and when it is let go.
+"""
+
+from __future__ import annotations
+
+import collections
+import functools
+import itertools
+from collections.abc import Iterator
+from concurrent.futures import Future, ThreadPoolExecutor
+from typing import Any
+
+import numpy as np
+from fsspec.implementations.local import LocalFileSystem
+
+from sampler.plan import Chunk, Plan
+
+from .budget import MemoryBudget
+from .decoding import Ahead, decode_threads, decoding_pool
+from .groups import Group, GroupReader, finish
+
+__all__ = ["Key", "Reading", "Run"]
+
+
+Run = tuple[Plan, int, int]  # records [start, stop) of a plan, in its reading order
+Key = tuple[int, int, int]  # (run, piece, group): one read group of one run
+
+
+def _distinct(chunk: Chunk, lo: int, hi: int) -> tuple[list[tuple[int, int]], Any, Any, Any]:
+    """The groups records [lo, hi) of the chunk read: (their (piece, group) keys; (n,) which
+    of them each record reads; (k,) where each is first read; (k,) where last). One
+    counting pass over small dense codes (np.unique would sort)."""
+    n = hi - lo
+    pieces = chunk.pieces[lo:hi] - chunk.block[0]
+    groups = chunk.groups[lo:hi] if chunk.groups is not None else np.zeros(n, dtype=np.int64)
+    width = int(groups.max()) + 1 if n else 1
+    dense = pieces * width + groups  # (n,) a small code per (piece, group)
+    present = np.flatnonzero(np.bincount(dense))  # (k,) the codes read, ascending
+    index = np.empty(int(present[-1]) + 1 if present.size else 0, dtype=np.int64)
+    index[present] = np.arange(present.size)
+    which = index[dense]
+    at = np.arange(n, dtype=np.int64)
+    last = np.empty(present.size, dtype=np.int64)
+    last[which] = at  # repeated indices: the last assignment stays
+    first = np.empty(present.size, dtype=np.int64)
+    first[which[::-1]] = at[::-1]
+    keys = [(chunk.block[0] + d // width, d % width) for d in present.tolist()]
+    return keys, which, first, last
+
+
+class Reading:
+    """One `parts` call's groups: scheduled, being read, held; and when to let them go."""
+
+    def __init__(self, reader: GroupReader, fs: Any, runs: list[Run]) -> None:
+        self.reader, self.fs, self.runs = reader, fs, runs
+        self.fmt, self.budget = reader.fmt, reader.budget
+        self.pool = ThreadPoolExecutor(max_workers=reader.read_threads)
+        self.schedule = self._schedule()
+        self.upcoming: tuple[Key, int, int, int, int, int] | None = None
+        self.groups: dict[Key, Group] = {}
+        self.current: dict[tuple[int, int], int] = {}  # (run, piece) -> the group read now
+        window = max((plan.window for plan, _, _ in runs), default=1)
+        self.shared = reader.decoders is not None
+        local = isinstance(fs, LocalFileSystem)
+        self.decoders = reader.decoders or decoding_pool(local)
+        self.planner = ThreadPoolExecutor(max_workers=1)
+        threads = decode_threads(local)
+        self.ahead = Ahead(window + threads, self.decoders, reader, fs, threads)
+        self.submitted = 0  # groups started, in reading order
+        # local files with no decoding threads: the consumer also fetches (a local fetch
+        # only finds the row groups; the decode reads the file) and plans, as a thread
+        # of its own would take the GIL from it for as long (measured: -0.1 us a record)
+        self.inline = local and not threads
+        # inline: groups started but not fetched yet, in reading order; each is fetched
+        # when the consumer reaches it (a tar group's fetch reads its bytes: fetching the
+        # whole budget first would make the first record wait for all of them)
+        self.unread: collections.deque[Group] = collections.deque()
+        if reader.prefetch is not None:
+            self.budget = self._prefetch_budget(reader.prefetch)
+
+    def ahead_of(self, chunks: Iterator[Chunk]) -> Iterator[Chunk]:
+        """The chunks, each next one computed by the planning thread while this one is
+        read (the reading order costs ~0.3 us a record: not on the consuming thread);
+        computed here when the consumer does all the work anyway (`inline`)."""
+        if self.inline:
+            yield from chunks
+            return
+        coming = self.planner.submit(next, chunks, None)
+        while True:
+            chunk = coming.result()
+            if chunk is None:
+                return
+            coming = self.planner.submit(next, chunks, None)
+            yield chunk
+
+    def _prefetch_budget(self, prefetch: int) -> MemoryBudget:
+        """The deprecated `prefetch`: a budget of (1 + prefetch) times the first block's
+        working set (the first group of each of its pieces), by the estimates."""
+        first = list(itertools.islice(self.schedule, 4 * max(1, self.runs[0][0].window)))
+        self.schedule = itertools.chain(first, self.schedule)
+        seen: set[tuple[int, int]] = set()
+        working = 0
+        for (r, p, g), plan in first:
+            if (r, p) not in seen and len(seen) < plan.window:
+                seen.add((r, p))
+                start, stop = plan.group_rows(p, g)
+                working += self.reader.estimate(int(plan.shards[p]), start, stop)[0]
+        return MemoryBudget((1 + prefetch) * working)
+
+    def _schedule(self) -> Iterator[tuple[Key, Plan]]:
+        """Every group the runs read, in the order their reading first needs them."""
+        for r, (plan, a, b) in enumerate(self.runs):
+            if a >= b:
+                continue
+            before = plan.block_starts()
+            for bi in range(plan.block_at(a), plan.block_at(b - 1) + 1):
+                lo, hi = max(a, before[bi]) - before[bi], min(b, before[bi + 1]) - before[bi]
+                for p, g in plan.group_schedule(bi, int(lo), int(hi)):
+                    yield (r, p, g), plan
+
+    def pump(self, need: Key | None = None) -> None:
+        """Start reading scheduled groups while their estimates fit the budget; with `need`
+        (a group the consumer waits for), up to that one whatever the budget says. The
+        groups started in one call are all registered before any fetch begins, so a fetch
+        can take along the later groups of its shard (see `Ahead.claim`)."""
+        started: list[Group] = []
+        try:
+            self._start(need, started)
+        finally:
+            self.ahead.started(started)
+            for entry in started:
+                if self.inline:
+                    self.unread.append(entry)
+                else:
+                    self.pool.submit(self.reader.fetch, self.fs, entry)
+
+    def _start(self, need: Key | None, started: list[Group]) -> None:
+        while need is None or need not in self.groups:
+            if self.upcoming is None:
+                self.upcoming = self._next_scheduled()
+                if self.upcoming is None:
+                    if need is not None:
+                        raise RuntimeError(f"read group {need} is not in the reading schedule")
+                    return
+            key, shard, start, stop, charge, raw = self.upcoming
+            if not self.budget.charge(charge, force=need is not None):
+                return
+            self.submitted += 1
+            entry = Group(self.submitted, shard, (start, stop), (charge, raw), self.ahead)
+            entry.stored = self.fmt.piece_bytes(self.reader.index.shards[shard], start, stop)
+            started.append(entry)
+            self.groups[key] = entry
+            self.upcoming = None
+
+    def _next_scheduled(self) -> tuple[Key, int, int, int, int, int] | None:
+        """(key, shard, first row, stop, charge, own estimate) of the next scheduled group:
+        estimated once, however often it waits for room in the budget."""
+        nxt = next(self.schedule, None)
+        if nxt is None:
+            return None
+        (r, p, g), plan = nxt
+        shard = int(plan.shards[p])
+        start, stop = plan.group_rows(p, g)
+        charge, raw = self.reader.estimate(shard, start, stop)
+        return (r, p, g), shard, start, stop, charge, raw
+
+    def wait(self, key: Key) -> tuple[Any, int]:
+        """(the decoded block of group `key`, its first row), reading it now if needed."""
+        if key not in self.groups:
+            self.pump(need=key)
+        entry = self.groups[key]
+        while self.unread and not entry.claimed:  # inline: fetch in reading order, up to it
+            self.reader.fetch(self.fs, self.unread.popleft())
+        if not entry.needed:
+            self.ahead.need(entry)
+        if not entry.future.done():
+            with self.reader.stats.timer("wait_s"):
+                here, raw = self.ahead.take(entry)
+                if here:  # its bytes wait for a decoding thread: this one is idle anyway
+                    self.ahead.decode_here(entry, raw)
+                block = entry.future.result()
+        else:
+            block = entry.future.result()
+        if not entry.checked:  # in reading order: checks that depend on what came before
+            entry.checked = True
+            self.fmt.check(block, self.reader.index.shards[entry.shard])
+        return block, entry.first
+
+    def slab_end(
+        self, r: int, chunk: Chunk, lo: int, hi: int, first: int, step: int
+    ) -> tuple[int, tuple[list[tuple[int, int]], Any, Any, Any]]:
+        """(where a slab of run r starting at record `lo` of the chunk ends, its `_distinct`
+        groups): at `hi`, or at the end of an earlier part (`first` records after `lo`, then
+        every `step`) where its records would touch more than two groups a piece on average
+        (small groups are not all held at once), or a group not decoded yet: beyond the
+        first part, a slab waits for no read."""
+        found = _distinct(chunk, lo, hi)
+        keys, _, seen, _ = found
+        cut = hi - lo
+        limit = 2 * (chunk.block[1] - chunk.block[0])
+        if len(keys) > limit:
+            cut = int(np.sort(seen)[limit])  # the first record of one group too many
+        for key, at in zip(keys, seen.tolist()):
+            entry = self.groups.get((r, *key))
+            if at >= first and at < cut and (entry is None or not entry.future.done()):
+                cut = at
+        end = lo + (first if cut <= first else first + (cut - first) // step * step)
+        if end >= hi:
+            return hi, found
+        return end, _distinct(chunk, lo, end)
+
+    def gather(
+        self,
+        r: int,
+        chunk: Chunk,
+        lo: int,
+        hi: int,
+        found: tuple[list[tuple[int, int]], Any, Any, Any],
+    ) -> Any:
+        """Records [lo, hi) of the chunk, taken from the groups that hold them (`found`:
+        `_distinct` of them); then the groups the pieces have moved past are let go."""
+        keys, which, _, last = found
+        for p, g in keys:  # all needed now: their decoding need not wait for the cushion
+            entry = self.groups.get((r, p, g))
+            if entry is not None and not entry.needed:
+                self.ahead.need(entry)
+        held = [self.wait((r, p, g)) for p, g in keys]
+        firsts = np.array([first for _, first in held], dtype=np.int64)
+        rows = chunk.rows[lo:hi]
+        taken = self.fmt.gather([b for b, _ in held], which, rows - firsts[which])
+        # each piece's group at the end of the slab (read last); its earlier ones are done
+        now: dict[int, tuple[int, int]] = {}
+        for (p, g), end in zip(keys, last.tolist()):
+            if p not in now or end > now[p][1]:
+                now[p] = (g, end)
+        for p, g in keys:
+            if now[p][0] != g:
+                self.let_go((r, p, g))
+        for p, (g, _) in now.items():
+            old = self.current.get((r, p))
+            if old is not None and old != g:
+                self.let_go((r, p, old))
+            self.current[(r, p)] = g
+        self.pump()
+        return taken
+
+    def let_go(self, key: Key) -> None:
+        """Group `key` is done: cancel its reading, or release its block and refund it."""
+        entry = self.groups.pop(key, None)
+        if entry is None:
+            return
+        if self.inline and entry in self.unread:  # never fetched: nothing to wait for
+            self.unread.remove(entry)
+            entry.claimed = True
+            finish(entry, None)
+        self.ahead.need(entry, drop=True)
+        entry.future.add_done_callback(functools.partial(self._settle, entry))
+
+    def _settle(self, entry: Group, f: Future[Any]) -> None:
+        """(When its reading is over) release a let-go group's block and refund it."""
+        if f.exception() is None and f.result() is not None:
+            self.fmt.release(f.result())
+        self.budget.refund(entry.charged)
+
+    def let_go_block(self, r: int, block: tuple[int, int]) -> None:
+        """Let go of every group of run r's block [p0, p1) still held."""
+        p0, p1 = block
+        for key in [k for k in self.groups if k[0] == r and p0 <= k[1] < p1]:
+            self.let_go(key)
+        for p in range(p0, p1):
+            self.current.pop((r, p), None)
+        self.pump()
+
+    def close(self) -> None:
+        """Stop: cancel what is not read yet, wait for reads under way, release it all."""
+        self.ahead.halted = True
+        for key in list(self.groups):
+            self.let_go(key)
+        self.pool.shutdown(wait=True)
+        if not self.shared:
+            self.decoders.shutdown(wait=True)
+        self.planner.shutdown(wait=True)

@@ -1,0 +1,12 @@
+"""Storage: reading bytes of shard files, local or remote, and nothing above that.
+
+- `filesystems`: URLs plus storage_options opened through fsspec (local, s3fs, HTTP, ...),
+  listing, sizes and versions, ranged reads (`cat_ranges`), credentials redacted in errors.
+- `ranged_get`: ranged GETs over HTTP stores, each answer checked against what was asked.
+- `retry`: bounded, jittered retries of reads (`RetryPolicy`, `read_ranges`).
+- `ranges`: fetched byte ranges as a file a decoder reads, never filled in.
+- `through`: which byte cache a thread's reads go through (the node cache is handed in).
+- `s3`: s3fs's filesystem with its retries made an option.
+
+Imports point down only: storage imports no other subpackage of `loader`.
+"""

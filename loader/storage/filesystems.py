@@ -1,0 +1,387 @@
+"""Storage: URLs plus plain storage_options, opened through fsspec (local, s3fs, ...).
+
+Nothing here holds an open filesystem across a fork: callers pass the URL and the
+storage_options (both picklable) and open the filesystem in the process that reads.
+fsspec's instance cache is per process, so each DataLoader worker gets its own.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import os
+import re
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
+from typing import Any, overload
+
+import fsspec
+from fsspec.asyn import sync
+from fsspec.core import split_protocol, url_to_fs
+from fsspec.implementations.local import LocalFileSystem
+
+from ..errors import StaleIndexError, redact
+from .ranged_get import HTTP_CONCURRENCY, S3_CONCURRENCY, http_ranges, is_http, s3_ranges
+
+__all__ = [
+    "FileEntry",
+    "UrlOrPath",
+    "as_url",
+    "cat_ranges",
+    "check_version",
+    "denied",
+    "filesystem",
+    "is_local",
+    "list_files",
+    "redact",
+    "s3_defaults",
+    "strip_credentials",
+    "version_of",
+]
+
+_USERINFO = re.compile(r"(?<=://)[^/@\s]+@")
+
+UrlOrPath = str | os.PathLike[str]  # a URL, a local path, or a pathlib.Path
+
+
+@overload
+def as_url(source: UrlOrPath) -> str: ...
+@overload
+def as_url(source: object) -> Any: ...
+def as_url(source: object) -> Any:
+    """`source` with paths made strings: an os.PathLike (a pathlib.Path) by os.fspath, a
+    list or tuple of URLs and paths as a list of strings; anything else as it is (so the
+    caller's own check names it)."""
+    if isinstance(source, os.PathLike):
+        return os.fspath(source)
+    if isinstance(source, list | tuple) and any(isinstance(u, os.PathLike) for u in source):
+        return [os.fspath(u) if isinstance(u, os.PathLike) else u for u in source]
+    return source
+
+
+def strip_credentials(url: str) -> str:
+    """The URL without embedded credentials, for what is saved (credentials belong in
+    storage_options or the environment)."""
+    return _USERINFO.sub("", str(url))
+
+
+_NO_CREDENTIALS = {"NoCredentialsError", "PartialCredentialsError"}
+
+
+def no_credentials(url: str, error: BaseException) -> PermissionError | None:
+    """botocore's "Unable to locate credentials" (raised deep in the request signer, with
+    a long traceback naming no bucket) as a PermissionError naming the URL and where
+    credentials go; None for any other error."""
+    if not {t.__name__ for t in type(error).__mro__} & _NO_CREDENTIALS:
+        return None
+    return PermissionError(
+        f"{redact(url)}: no S3 credentials found ({error}): set AWS_ACCESS_KEY_ID and "
+        "AWS_SECRET_ACCESS_KEY (or AWS_PROFILE) in the environment, or pass "
+        "storage_options={'key': ..., 'secret': ...}; a public bucket reads with "
+        "storage_options={'anon': True}"
+    )
+
+
+def denied(url: str, error: BaseException) -> PermissionError:
+    """A PermissionError naming the URL and what to check."""
+    return PermissionError(
+        f"{redact(url)}: access denied ({redact(str(error))}); check the credentials "
+        "(storage_options key/secret, or AWS_ACCESS_KEY_ID / AWS_SECRET_ACCESS_KEY / "
+        "AWS_PROFILE) and the bucket policy"
+    )
+
+
+# What s3fs and botocore get unless storage_options say otherwise: the retries of one
+# read belong to loader.storage.retry (one budget, one deadline), so the layers below it retry once.
+S3_RETRIES = 1  # s3fs: tries of each call (its wrapper nests: more would multiply)
+S3_TOTAL_ATTEMPTS = 2  # botocore: the request and one retry (a stale pooled connection)
+S3_CONNECT_TIMEOUT = 5.0  # seconds to open a connection (s3fs's own default)
+S3_READ_TIMEOUT = 10.0  # seconds without a byte from an open connection (s3fs's: 15)
+
+
+def s3_defaults(storage_options: dict[str, Any] | None) -> dict[str, Any]:
+    """storage_options for S3 with our defaults filled in where the user set nothing:
+    ``retries`` (tries of each call by s3fs; see loader.storage.s3), botocore's
+    ``config_kwargs["retries"]`` attempts (left alone too when AWS_MAX_ATTEMPTS is set)
+    its ``connect_timeout`` and ``read_timeout``, and its connection pool
+    (``max_pool_connections``: S3_CONCURRENCY).
+
+    Without this, s3fs's 5 tries (nested: a ranged read wraps a call that also retries)
+    times botocore's own attempts times ours made a dead endpoint take minutes to report.
+    """
+    options = dict(storage_options or {})
+    options.setdefault("retries", S3_RETRIES)
+    config = dict(options.get("config_kwargs") or {})
+    retries = dict(config.get("retries") or {})
+    if not {"total_max_attempts", "max_attempts"} & set(retries) and not os.environ.get(
+        "AWS_MAX_ATTEMPTS"
+    ):
+        retries["total_max_attempts"] = S3_TOTAL_ATTEMPTS
+    if retries:
+        config["retries"] = retries
+    config.setdefault("connect_timeout", S3_CONNECT_TIMEOUT)
+    # botocore keeps 10 connections: 64 concurrent range reads would wait for each other,
+    # and indexing N shards would take N / 10 round trips instead of N / S3_CONCURRENCY
+    config.setdefault("max_pool_connections", S3_CONCURRENCY)
+    config.setdefault("read_timeout", S3_READ_TIMEOUT)
+    options["config_kwargs"] = config
+    return options
+
+
+def filesystem(url: str, storage_options: dict[str, Any] | None = None) -> tuple[Any, str]:
+    """(filesystem, path) for a URL; s3:// URLs use s3fs's options, e.g.
+    ``{"client_kwargs": {"endpoint_url": ...}}``, and otherwise the standard AWS variables
+    (AWS_ENDPOINT_URL, AWS_ACCESS_KEY_ID, ...). For s3:// the retry and timeout settings
+    the options leave out are filled in by `s3_defaults`, and `retries` (tries of each
+    call by s3fs) is an option too (loader.storage.s3)."""
+    try:
+        if split_protocol(str(url))[0] in ("s3", "s3a"):
+            from .s3 import S3FileSystem  # s3fs is imported for S3 URLs only
+
+            options = {**S3FileSystem._get_kwargs_from_urls(url), **s3_defaults(storage_options)}
+            s3 = S3FileSystem(**options)
+            return s3, str(s3._strip_protocol(url))
+        fs, path = url_to_fs(url, **(storage_options or {}))
+    except (ImportError, ValueError) as e:
+        raise ValueError(f"cannot open {redact(url)}: {e}") from e
+    return fs, str(path)
+
+
+@dataclass(frozen=True)
+class FileEntry:
+    """A file found by listing: its URL as the user's source names it (``data/a.tar`` for
+    a source ``data/``, as webdataset gives ``__url__``), size in bytes, version (ETag or
+    modification time), and its path below the listed directory (for Hive partitions and
+    the rule that names starting with ``_`` or ``.`` are not data)."""
+
+    url: str
+    size: int
+    version: str | None
+    relpath: str = ""
+
+
+def _local_version(st: os.stat_result) -> str:
+    return f"{st.st_mtime_ns}:{st.st_ino}"
+
+
+def version_of(fs: Any, info: dict[str, Any]) -> str | None:
+    """What changes when the file's content changes: S3's ETag; for local files the
+    modification time in nanoseconds and the inode (a rewrite in place or a replacement by
+    rename; the filesystem's timestamp granularity bounds what is seen); else whatever
+    modification time the filesystem reports."""
+    if isinstance(fs, LocalFileSystem):
+        return _local_version(os.stat(info["name"]))
+    for key in (
+        "ETag",
+        "etag",
+        "mtime",
+        "LastModified",
+        "Last-Modified",
+        "last_modified",
+        "created",
+    ):
+        if info.get(key) is not None:
+            return str(info[key]).strip('"')
+    return None
+
+
+def entry_of(fs: Any, info: dict[str, Any], url: str | None = None) -> FileEntry:
+    """The FileEntry of an fsspec info dict; `url` names the file as the user gave it
+    (default: the filesystem's full URL)."""
+    name = url if url is not None else fs.unstrip_protocol(info["name"])
+    if info.get("size") is None:
+        raise ValueError(
+            f"{redact(name)}: the storage gives no size for this file (an HTTP server "
+            "without Content-Length?): shardstream needs it to read by ranges"
+        )
+    return FileEntry(name, int(info["size"]), version_of(fs, info))
+
+
+def stale_reason(url: str, size: int, version: str | None, now: FileEntry | None) -> str | None:
+    """Why the file indexed as (size, version) no longer matches `now` (None if it does).
+    An index that recorded no version (a manifest without one) is checked by size only."""
+    if now is not None and now.size == size and version in (None, now.version):
+        return None
+    found = "missing" if now is None else f"{now.size} bytes, version {now.version}"
+    return f"{redact(url)} (indexed {size} bytes, version {version}; now {found})"
+
+
+def check_version(fs: Any, url: str, size: int, version: str | None) -> None:
+    """StaleIndexError naming the file when it is no longer the (size, version) that was
+    indexed. Called after a read: a file replaced before or during the read is caught, so
+    bytes of the new file are never decoded with the old index. One stat locally; one
+    metadata request on filesystems other than S3 (whose reads check the ETag themselves,
+    see `cat_ranges`)."""
+    path = fs._strip_protocol(url)
+    now: FileEntry | None
+    try:
+        if isinstance(fs, LocalFileSystem):
+            st = os.stat(path)
+            now = FileEntry(url, st.st_size, _local_version(st))
+        else:
+            now = entry_of(fs, fs.info(path), url)
+    except FileNotFoundError:
+        now = None
+    reason = stale_reason(url, size, version, now)
+    if reason:
+        raise StaleIndexError(f"{reason}: the shard changed since the index was built; rebuild it")
+
+
+def is_local(fs: Any) -> bool:
+    """Whether `fs` is the local disk (fsspec's LocalFileSystem)."""
+    from fsspec.implementations.local import LocalFileSystem
+
+    return isinstance(fs, LocalFileSystem)
+
+
+def _is_s3(fs: Any) -> bool:
+    protocols = fs.protocol if isinstance(fs.protocol, tuple | list) else (fs.protocol,)
+    return bool({"s3", "s3a"} & set(protocols))
+
+
+Indexed = tuple[int, str | None]  # (size, version) of a file as the index recorded it
+
+
+def cat_ranges(
+    fs: Any,
+    urls: Sequence[str],
+    starts: Sequence[int],
+    ends: Sequence[int],
+    indexed: Sequence[Indexed] | None = None,
+) -> list[bytes | BaseException]:
+    """Bytes [starts[i], ends[i]) of urls[i] (or the exception that fetch raised), read
+    concurrently where the filesystem can.
+
+    With `indexed` (each file's size and version as the index recorded them), every read
+    is of that version: on S3 each ranged GET carries ``If-Match: <indexed ETag>`` (no
+    extra request) and a 412 answer becomes StaleIndexError; elsewhere each file's size and
+    version are checked after the read (`check_version`: one stat locally).
+    """
+    paths = [fs._strip_protocol(u) for u in urls]
+    got: list[bytes | BaseException]
+    known: Sequence[tuple[int | None, str | None]] = indexed or [(None, None)] * len(urls)
+    if _is_s3(fs):
+        return list(sync(fs.loop, s3_ranges, fs, urls, paths, starts, ends, known))
+    if is_http(fs):
+        sizes = [size for size, _ in known]
+        got = list(sync(fs.loop, http_ranges, fs, paths, starts, ends, sizes))
+    else:
+        got = fs.cat_ranges(paths, list(starts), list(ends), on_error="return")
+    if indexed is not None:
+        stale: dict[str, BaseException | None] = {}
+        for i, url in enumerate(urls):
+            if url not in stale:
+                try:
+                    check_version(fs, url, *indexed[i])
+                    stale[url] = None
+                except StaleIndexError as e:
+                    stale[url] = e
+            error = stale[url]
+            if error is not None:
+                got[i] = error
+    return got
+
+
+def _root(path: str) -> str:
+    """The directory a glob's matches lie under (the part before its first magic char)."""
+    magic = min((i for i, c in enumerate(path) if c in "*?["), default=len(path))
+    return path[:magic].rsplit("/", 1)[0] if "/" in path[:magic] else ""
+
+
+LIST_REPORT = 1000  # an S3 listing page: progress is reported every this many files
+
+
+def _find(fs: Any, path: str, progress: Callable[[int], None] | None) -> list[dict[str, Any]]:
+    """Every file below `path` as fsspec info dicts. On S3 with `progress`, the listing is
+    read page by page (s3fs's own paginated listing, as its ``find`` reads it) and
+    `progress(files listed so far)` called after each page: a prefix of 1,000,000 keys is
+    1,000 LIST requests, one after another."""
+    if progress is None or not _is_s3(fs) or not hasattr(fs, "_iterdir"):
+        infos = list(fs.find(path, detail=True).values())
+        if progress is not None:
+            progress(len(infos))
+        return infos
+    bucket, key, _ = fs.split_path(path)
+    prefix = key.rstrip("/") + "/" if key else ""
+
+    async def pages() -> list[dict[str, Any]]:
+        found: list[dict[str, Any]] = []
+        async for info in fs._iterdir(bucket, delimiter="", prefix=prefix):
+            found.append(info)
+            if len(found) % LIST_REPORT == 0:
+                progress(len(found))
+        return found
+
+    found: list[dict[str, Any]] = sync(fs.loop, pages)
+    progress(len(found))
+    return found
+
+
+def list_files(
+    url: str,
+    storage_options: dict[str, Any] | None = None,
+    progress: Callable[[int], None] | None = None,
+) -> list[FileEntry]:
+    """Files under a directory or prefix (recursively), matching a glob, or the file itself,
+    sorted by path. URLs are as the source names them: the source, then the path below
+    it. Raises FileNotFoundError naming the URL when nothing is there. `progress(n)` is
+    told how many files were listed so far (per page on S3)."""
+    fs, path = filesystem(url, storage_options)
+    fs.invalidate_cache(path)  # s3fs keeps listings: a new index must see the bucket now
+    try:
+        if fsspec.core.has_magic(path):
+            infos = list(fs.glob(path, detail=True).values())
+            root, given = _root(path), _root(url)
+        elif fs.isdir(path):
+            infos = _find(fs, path, progress)
+            root, given = path.rstrip("/"), url.rstrip("/")
+        else:
+            return [file_entry(url, storage_options)]
+    except FileNotFoundError:
+        raise FileNotFoundError(f"{redact(url)}: no such file, directory or prefix") from None
+    except PermissionError as e:
+        raise denied(url, e) from None
+    entries = []
+    for info in _sized(fs, [i for i in infos if i.get("type", "file") == "file"]):
+        name = fs._strip_protocol(info["name"])
+        rel = name[len(root) :].lstrip("/") if name.startswith(root) else name
+        shown = f"{given}/{rel}" if given else rel
+        entries.append(FileEntry(shown, int(info["size"]), version_of(fs, info), rel))
+    return sorted(entries, key=lambda e: e.relpath)
+
+
+def _sized(fs: Any, infos: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    """The infos, each with its size and version: an HTTP listing (links on an index page)
+    gives neither, so each file's are asked (a HEAD each, concurrently)."""
+    if not infos or not is_http(fs):
+        return infos
+
+    async def all_infos() -> list[dict[str, Any]]:
+        gate = asyncio.Semaphore(HTTP_CONCURRENCY)
+
+        async def one(info: dict[str, Any]) -> dict[str, Any]:
+            async with gate:
+                got: dict[str, Any] = await fs._info(info["name"])
+            if got.get("size") is None:
+                raise ValueError(
+                    f"{redact(info['name'])}: the server gives no size for this file "
+                    "(no Content-Length): shardstream needs it to read by ranges"
+                )
+            return {**info, **got, "name": info["name"]}
+
+        return list(await asyncio.gather(*(one(i) for i in infos)))
+
+    out: list[dict[str, Any]] = sync(fs.loop, all_infos)
+    return out
+
+
+def file_entry(url: str, storage_options: dict[str, Any] | None = None) -> FileEntry:
+    """Size and version of one file named by the user (its URL as given, no relpath);
+    FileNotFoundError naming it when missing."""
+    fs, path = filesystem(url, storage_options)
+    fs.invalidate_cache(path)
+    try:
+        return entry_of(fs, fs.info(path), url)
+    except FileNotFoundError:
+        raise FileNotFoundError(f"{redact(url)}: shard not found") from None
+    except PermissionError as e:
+        raise denied(url, e) from None
