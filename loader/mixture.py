@@ -41,11 +41,11 @@ from .formats.tar_decode import DecodeSpec
 from .index.distributed import shared_index
 from .index.table import ShardGroups
 from .options import Transform
-from .read.mixture_rows import StreamRows, merge, start_all
+from .read.mixture_rows import STREAM, StreamRows, merge, start_all
 from .read.plan_reader import MemoryBudget, PlanReader, decoding_pool, is_local
 from .state import Layout, rank_state
 from .storage.retry import RetryPolicy
-from .streams import STREAM, Stream, check_formats, check_kinds, is_mixture, stream_name
+from .streams import Stream, check_formats, check_kinds, is_mixture, stream_name
 
 __all__ = ["MixLayout", "MixtureDataset"]
 

@@ -10,9 +10,7 @@ from typing import Any
 
 from .columns.kinds import Kind, kinds_of
 
-__all__ = ["STREAM", "Stream", "check_formats", "check_kinds", "is_mixture", "stream_name"]
-
-STREAM = "__stream__"  # records: the stream's name; batches: int64 stream indices
+__all__ = ["Stream", "check_formats", "check_kinds", "is_mixture", "stream_name"]
 
 
 @dataclass(frozen=True)

@@ -10,7 +10,8 @@ from typing import TYPE_CHECKING
 
 from .lazy import lazy_names
 from .mixing import distinct_per_batch
-from .plan import Chunk, Plan, all_plans, build_plan
+from .plan import Chunk, Plan
+from .planning import all_plans, build_plan
 
 if TYPE_CHECKING:
     from .distributed import DistributedSampler

@@ -38,7 +38,8 @@ from .mixture_args import (
 from .mixture_read import MixturePart, PassPiece, merge_streams, piece_records
 from .mixture_state import cursor_state, load_cursors
 from .passes import Cursor, advance, cut_lengths, recut, to_first_cut
-from .plan import Groups, Plan, line_of, span_plan
+from .plan import Groups, Plan
+from .planning import line_of, span_plan
 from .schedule import MAX_POSITIONS, apportion, counts_before, name_ranks, stream_ids
 from .shard_sampler import DEFAULT_WINDOW, check_flag, check_groups
 from .topology import Topology

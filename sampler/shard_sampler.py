@@ -11,7 +11,8 @@ from torch.utils.data import Sampler
 
 from .checks import IntLike, as_int
 from .epoch import rank_length, worker_span
-from .plan import DEFAULT_WINDOW, Groups, Plan, all_plans, build_plan
+from .plan import DEFAULT_WINDOW, Groups, Plan
+from .planning import all_plans, build_plan
 from .topology import Topology
 
 __all__ = [

@@ -22,7 +22,7 @@ from typing import Any
 
 import numpy as np
 
-from sampler.plan import all_plans, plan_intervals
+from sampler.planning import all_plans, plan_intervals
 
 __all__ = ["cache_doc", "node_reads", "print_cache", "simulate"]
 

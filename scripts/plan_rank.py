@@ -9,7 +9,8 @@ from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
-from sampler.plan import DEFAULT_WINDOW, build_plan
+from sampler.plan import DEFAULT_WINDOW
+from sampler.planning import build_plan
 
 if TYPE_CHECKING:
     from loader.index.shard_index import ShardIndex

@@ -34,7 +34,7 @@ from loader.errors import ShardError
 from sampler.checks import parse_size
 from sampler.epoch import epoch_line, rank_length
 from sampler.mixing import distinct_per_batch
-from sampler.plan import all_plans
+from sampler.planning import all_plans
 
 # torch-free imports only: a simulated plan never imports torch (2.5 s of the command
 # otherwise); indexing a SOURCE imports the loader (and torch) when it is asked for

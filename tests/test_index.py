@@ -193,7 +193,7 @@ def test_footers_longer_than_the_tail_read(tmp_path: Path, monkeypatch: Any) -> 
     write_dataset(LOCAL, str(tmp_path), "parquet")
     want = ShardIndex.build(str(tmp_path))
     monkeypatch.setattr(parquet, "TAIL", 64)  # every footer is longer: a second read each
-    monkeypatch.setattr(parquet, "_FOOTERS", parquet_meta.FooterCache(1 << 20))
+    monkeypatch.setattr(parquet, "FOOTERS", parquet_meta.FooterCache(1 << 20))
     got = ShardIndex.build(str(tmp_path))
     assert [s.details for s in got.shards] == [s.details for s in want.shards]
     assert got.schema == want.schema

@@ -1,7 +1,9 @@
 """The README's examples run as written: each Python block of the newcomer sections is
 executed, in order, in a folder holding the data they name (Parquet written by pandas,
 tar shards by webdataset's TarWriter, an HF `save_to_disk` folder, an S3 bucket on moto
-for the mixture), and the planner command runs."""
+for the mixture), and the planner command runs. The complete examples of docs/ run too;
+README stays a user's document (at most 400 lines, the test command CI runs), and every
+relative link of README and docs/ leads to a file and a heading that exist."""
 
 from __future__ import annotations
 
@@ -19,17 +21,36 @@ from PIL import Image
 
 from tests.conftest import S3
 
-README = Path(__file__).resolve().parent.parent / "README.md"
+REPO = Path(__file__).resolve().parent.parent
+README = REPO / "README.md"
+DOCS = REPO / "docs"
+HOW_IT_WORKS = DOCS / "how-it-works.md"
+FENCE = re.compile(r"^ *```")
+HEADING = re.compile(r"^(#{1,6}) (.*)$")
 
 
-def blocks(heading: str, lang: str = "python") -> list[str]:
-    """The code blocks of `lang` in the README section under `heading` (to the next
-    heading of any level)."""
-    text = README.read_text()
-    start = text.index(f"\n{heading}\n")
-    rest = text[start + len(heading) + 2 :]
-    nxt = re.search(r"\n#{1,3} ", rest)
-    section = rest[: nxt.start()] if nxt else rest
+def prose(text: str) -> list[str]:
+    """The lines of a Markdown text outside its fenced code blocks, the fences blanked (a
+    `# comment` in a code block is no heading)."""
+    out: list[str] = []
+    inside = False
+    for line in text.splitlines():
+        if FENCE.match(line):
+            inside = not inside
+            out.append("")
+        else:
+            out.append("" if inside else line)
+    return out
+
+
+def blocks(heading: str, lang: str = "python", path: Path = README) -> list[str]:
+    """The code blocks of `lang` in the section of `path` (README, or a file of docs/)
+    under `heading` (to the next heading of any level)."""
+    text = path.read_text()
+    lines, outside = text.splitlines(keepends=True), prose(text)
+    start = outside.index(heading) + 1
+    stop = next((i for i in range(start, len(lines)) if HEADING.match(outside[i])), len(lines))
+    section = "".join(lines[start:stop])
     return re.findall(rf"```{lang}\n(.*?)```", section, flags=re.S)
 
 
@@ -155,3 +176,72 @@ def test_the_planner_command_runs(workdir: Path) -> None:
     )
     assert r.returncode == 0, r.stderr
     assert "over 8 ranks x 4 workers" in r.stdout
+
+
+def test_the_shard_sampler_example_of_how_it_works_runs() -> None:
+    """docs/how-it-works.md, "The samplers": the import and the ShardSampler example."""
+    imports, example, _mixture = blocks("## The samplers", path=HOW_IT_WORKS)
+    scope = run(imports + example)
+    assert scope["state"] == {"epoch": 2, "position": 1313}  # as its comment says
+    assert sum(len(chunk.rows) for chunk in scope["plan"].chunks()) > 0  # type: ignore[attr-defined]
+
+
+def test_the_readme_is_a_users_document() -> None:
+    assert len(README.read_text().splitlines()) <= 400
+    text = README.read_text()
+    for name in ("reference", "how-it-works", "benchmarks", "development"):
+        assert f"](docs/{name}.md)" in text, name  # linked from README
+        first, *rest = (DOCS / f"{name}.md").read_text().splitlines()
+        assert first.startswith("# ") and not [
+            h for h in prose("\n".join(rest)) if h.startswith("# ")
+        ]
+
+
+def test_the_readme_test_command_is_what_ci_runs() -> None:
+    """.ci/run runs exactly the README's test command: byte for byte."""
+    (command,) = re.findall(r"^exec (.+)$", (REPO / ".ci/run").read_text(), flags=re.M)
+    shown = [
+        line.split("  #")[0].rstrip()
+        for block in blocks("## Install", "bash")
+        for line in block.splitlines()
+    ]
+    assert command in shown
+    assert "bash scripts/demo.sh" in shown  # and the main job on generated data
+
+
+def slug(heading: str) -> str:
+    """GitHub's anchor of a heading: lowercase, punctuation but '-' and '_' dropped, spaces
+    to '-'."""
+    return re.sub(r"[^\w\- ]", "", heading.strip().lower()).replace(" ", "-")
+
+
+def anchors(path: Path) -> set[str]:
+    seen: dict[str, int] = {}
+    for line in prose(path.read_text()):
+        if m := HEADING.match(line):
+            s = slug(m.group(2))
+            seen[s] = seen.get(s, -1) + 1
+            if seen[s]:
+                seen[f"{s}-{seen[s]}"] = 0  # GitHub numbers repeated headings
+    return set(seen)
+
+
+LINK = re.compile(r"\[[^\]]*\]\(([^)\s]+)\)")
+
+
+def test_every_relative_link_leads_somewhere() -> None:
+    files = [README, *sorted(DOCS.glob("*.md"))]
+    assert len(files) >= 5
+    checked = 0
+    for path in files:
+        for target in LINK.findall("\n".join(prose(path.read_text()))):
+            if re.match(r"[a-z][a-z0-9+.-]*:", target):
+                continue  # https://, mailto: ...
+            file, _, anchor = target.partition("#")
+            dest = (path.parent / file).resolve() if file else path
+            assert dest.exists(), f"{path.name}: {target}: no such file"
+            if anchor:
+                assert dest.suffix == ".md", f"{path.name}: {target}"
+                assert anchor in anchors(dest), f"{path.name}: {target}: no such heading"
+            checked += 1
+    assert checked >= 20

@@ -36,7 +36,9 @@ ignore_missing_imports = True
 
 
 def user_examples() -> list[str]:
-    """The Python blocks of README's user part (before "How it works", when there is one)."""
+    """The Python blocks of README's user part: all of README, now that "How it works"
+    lives in docs/how-it-works.md (were it back in README, what follows it is not the
+    user's part)."""
     text = (REPO / "README.md").read_text()
     user = text.split("\n# How it works", 1)[0]
     return re.findall(r"```python\n(.*?)```", user, flags=re.S)

@@ -41,7 +41,7 @@ import threading
 import time
 from collections.abc import Sequence
 from pathlib import Path
-from typing import Any, Protocol
+from typing import Any
 
 from sampler.checks import parse_size
 
@@ -51,7 +51,6 @@ from ..storage.through import Fetch
 from .files import (
     CLAIM_WAIT,
     NAME,
-    TEMP,
     claim,
     dead_claim,
     file_bytes,
@@ -59,6 +58,7 @@ from .files import (
     shard_key,
     write_block,
 )
+from .holdings import Future, Holdings
 
 __all__ = ["BLOCK", "NodeCache", "parse_size"]
 
@@ -66,18 +66,9 @@ log = logging.getLogger(__name__)
 
 BLOCK = 1 << 20  # bytes a cached block holds (the unit fetched, kept and evicted)
 POLL = 0.01  # seconds between looks at a block another process is fetching
-RESCAN = 1.0  # seconds the folder's listing is trusted for (the node's writes change it)
 
 
-class Future(Protocol):
-    """When the node reads each shard next (loader.cache.next_use.NextUse)."""
-
-    def shard_of(self, key: str) -> int | None: ...
-    def next_use(self, shards: Sequence[int], after: bool = False) -> list[float]: ...
-    def reached(self, shard: int) -> None: ...
-
-
-class NodeCache:
+class NodeCache(Holdings):
     """Blocks of remote shards in `folder` (created if missing), at most `limit` bytes of
     them (None: no bound), evicted as `policy` says ("next-use": by `future`; "lru")."""
 
@@ -103,10 +94,8 @@ class NodeCache:
         self._inflight: dict[str, int] = {}  # blocks others were fetching at the listing
         self._scanned = -float("inf")
         self._checked: set[str] = set()  # shards (url keys) checked against the remote
-        # the node's processes writing to the folder, and what this one wrote since it
-        # last listed the folder: the others are assumed to have written as much
+        # the node's processes writing to the folder (eviction makes room for a block each)
         self.sharers = max(1, sharers)
-        self._since_scan = 0
 
     # --- reading ---------------------------------------------------------------------
 
@@ -167,8 +156,8 @@ class NodeCache:
             for name in keep:
                 self._unclaim(name)
             with self._lock:  # reservations of blocks a failed fetch never wrote
-                for name in keep:
-                    self._pending.pop(name, None)
+                unwritten = sum(self._pending.pop(name, 0) for name in keep)
+            self._release(unwritten)
         for name in missing:  # fetched by another process of the node: wait for it
             if name not in whole and name not in passed:
                 data = self._wait(name)
@@ -295,20 +284,28 @@ class NodeCache:
         except OSError as e:  # a full disk must not fail the read: the bytes are here
             log.warning("cache: cannot write %s (%s): not cached", self.folder / name, e)
             with self._lock:
-                self._pending.pop(name, None)
+                unwritten = self._pending.pop(name, 0)
+            self._release(unwritten)
             return
         with self._lock:
             size = self._pending.pop(name, 0)
             self._held[name] = self._changed[name] = size
 
-    def _delete(self, name: str) -> None:
-        if NAME.match(name) is None:  # never a file the cache did not name
+    def _delete(self, name: str, counted: bool = True) -> None:
+        """Delete a block file; `counted`: take its bytes off the node's count (eviction,
+        which holds the count, sets it itself)."""
+        m = NAME.match(name)
+        if m is None:  # never a file the cache did not name
             raise AssertionError(f"cache: refusing to delete {name!r}")
-        with contextlib.suppress(FileNotFoundError):
+        try:
             (self.folder / name).unlink()
+        except FileNotFoundError:
+            counted = False  # another process deleted it (and counted it)
         with self._lock:
             self._held.pop(name, None)
             self._changed[name] = None
+        if counted:
+            self._release(file_bytes(int(m.group(3)) - int(m.group(2))))
 
     def _claim(self, name: str) -> bool:
         """Whether this process now fetches the block (False: another one is)."""
@@ -329,103 +326,3 @@ class NodeCache:
                 return data if data is not None else self._get(name)
             time.sleep(POLL)
         return None
-
-    # --- what is held, and eviction -------------------------------------------------------
-
-    def held(self, rescan: bool = False) -> dict[str, int]:
-        """{block file name: bytes on disk} of the folder (re-listed when older than RESCAN
-        seconds, or when asked), counting the blocks being fetched (claimed: by this
-        process or another of the node) at their size; temporary files a killed process
-        left are removed."""
-        now = time.monotonic()
-        if rescan or now - self._scanned > RESCAN:
-            with self._lock:  # what this process writes and deletes during the listing
-                self._changed = {}
-            found: dict[str, int | None] = {}
-            inflight: dict[str, int] = {}  # blocks being fetched (claimed), by their names
-            with os.scandir(self.folder) as entries:
-                for e in entries:
-                    if NAME.match(e.name):
-                        with contextlib.suppress(FileNotFoundError):
-                            found[e.name] = e.stat().st_size
-                    elif e.name.endswith(".claim") and (m := NAME.match(e.name[:-6])):
-                        inflight[e.name[:-6]] = file_bytes(int(m.group(3)) - int(m.group(2)))
-                    elif TEMP.match(e.name):
-                        with contextlib.suppress(FileNotFoundError):
-                            if time.time() - e.stat().st_mtime > CLAIM_WAIT:
-                                os.unlink(e.path)
-            with self._lock:
-                found.update(self._changed)
-                self._held = {n: b for n, b in found.items() if b is not None}
-                self._inflight = {n: b for n, b in inflight.items() if n not in self._held}
-                self._scanned = now
-                self._since_scan = 0
-        with self._lock:
-            return {**self._inflight, **self._held, **self._pending}
-
-    def held_bytes(self) -> int:
-        """Bytes the folder holds in blocks (re-listed now)."""
-        return sum(self.held(rescan=True).values())
-
-    def _make_room(self, name: str, need: int) -> bool:
-        """Whether to keep a block of `need` bytes, after evicting what the policy says."""
-        if self.limit is None:
-            return True
-        if need > self.limit:
-            return False
-        # this process's view, plus what the node's other processes may have written
-        # since it was listed (as much as this one): listed again only when that could
-        # pass the limit
-        held = self.held()
-        total = sum(held.values()) + (self.sharers - 1) * self._since_scan
-        if total + need > self.limit:
-            held = self.held(rescan=True)
-            total = sum(held.values())
-        if total + need <= self.limit:
-            self._since_scan += need
-            return True
-        with self._lock:
-            writing = {*self._pending, *self._inflight}
-        victims = self._victims(name, {n: b for n, b in held.items() if n not in writing})
-        if victims is None or total - sum(held[v] for v in victims) + need > self.limit:
-            return False  # what may go would not make room: evict nothing
-        # room for this block, and for one more block of each process (so the next
-        # writes need not list the folder again), from blocks needed later than this one
-        room = need + (self.sharers - 1) * self.block
-        for victim in victims:
-            if total + need <= self.limit and total + room <= self.limit:
-                break
-            self._delete(victim)
-            total -= held[victim]
-        self._since_scan += need
-        return total + need <= self.limit
-
-    def _victims(self, name: str, held: dict[str, int]) -> list[str] | None:
-        """Held blocks in the order to evict them to keep `name`; None: `name` itself is
-        the one to leave out (next-use: needed later than everything held)."""
-        names = [n for n in held if n != name]
-        if self.policy == "lru" or self.future is None:
-
-            def mtime(n: str) -> float:
-                try:
-                    return (self.folder / n).stat().st_mtime
-                except FileNotFoundError:
-                    return -1.0
-
-            return sorted(names, key=mtime)
-        future = self.future
-        shard_of = {}
-        for n in {*names, name}:
-            shard_of[n] = future.shard_of(n[:32])
-        known = sorted({s for s in shard_of.values() if s is not None})
-        uses = dict(zip(known, future.next_use(known)))
-        mine = shard_of[name]
-        # the new block's next use after the read now under way
-        own = future.next_use([mine], after=True)[0] if mine is not None else float("inf")
-
-        def when(n: str) -> float:
-            s = shard_of[n]
-            return float("inf") if s is None else uses[s]
-
-        later = sorted((n for n in names if when(n) > own), key=when, reverse=True)
-        return later or None

@@ -31,7 +31,8 @@ from ..shard import Shard
 from ..storage.filesystems import FileEntry, redact
 from ..storage.ranges import RangeFile
 from ..storage.retry import read_ranges
-from .parquet import Fetched, ParquetFormat, read_errors
+from .parquet import ParquetFormat
+from .parquet_fetch import Fetched, read_errors
 from .parquet_meta import row_groups, schema_to_b64
 
 __all__ = ["ArrowFormat", "walk_messages"]

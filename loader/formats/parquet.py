@@ -5,7 +5,6 @@ from __future__ import annotations
 import threading
 from collections import OrderedDict
 from collections.abc import Callable, Iterator, Sequence
-from contextlib import contextmanager
 from typing import Any
 
 import numpy as np
@@ -18,12 +17,12 @@ from torch.utils.data import get_worker_info
 from ..columns.batching import column_to_batch
 from ..columns.gather import Block, gather, padded
 from ..columns.kinds import LENGTHS, Kind, check_length, check_part
-from ..errors import ShardError
 from ..shard import Shard
-from ..storage.filesystems import FileEntry, check_version, redact
+from ..storage.filesystems import FileEntry, check_version
 from ..storage.ranges import PartsFile
 from ..storage.retry import RetryPolicy, count_fetched, read_ranges
 from .deferred import complete, estimated_bytes, is_deferred
+from .parquet_fetch import Fetched, cast_to, fetch_column_chunks, packed, read_errors
 from .parquet_meta import (
     FOOTERS,
     GROUP_BYTES,
@@ -37,105 +36,10 @@ from .parquet_meta import (
     row_groups,
 )
 from .partitions import check_hive_values, partition_arrays
-from .schemas import plain_type
 
-__all__ = [
-    "GROUP_BYTES",
-    "Fetched",
-    "ParquetFormat",
-    "footer_details",
-    "packed",
-    "read_errors",
-    "read_groups",
-]
+__all__ = ["GROUP_BYTES", "ParquetFormat", "footer_details", "read_groups"]
 
 OPEN_FILES = 16  # local shards a decoding thread keeps open (a block's pieces and more)
-
-
-def _fetch_column_chunks(
-    fs: Any,
-    shard: Shard,
-    meta: Any,
-    groups: Sequence[int],
-    columns: Sequence[str] | None,
-    retry: RetryPolicy,
-) -> dict[tuple[int, int], bytes]:
-    """{(start, end): bytes} holding the asked columns' chunks in the given row groups, of
-    the indexed version of the shard (StaleIndexError if it changed).
-
-    fsspec.parquet.open_parquet_file computes the same ranges, but it re-reads the footer on
-    every call and needs a footer sample of at least pyarrow's 64 KiB tail read; with the
-    footer already parsed, we only fetch the column chunks (coalesced, concurrent on S3).
-    """
-    starts, ends = column_ranges(shard.url, meta, groups, columns)
-    limit = shard.bytes - int(shard.details["footer_bytes"])
-    ends = [min(e, limit) for e in ends]  # the legacy padding stops at the footer
-    n = len(starts)
-    indexed = [(shard.bytes, shard.version)] * n
-    data = read_ranges(fs, [shard.url] * n, starts, ends, retry, indexed)
-    return {(a, b): blob for a, b, blob in zip(starts, ends, data)}
-
-
-def _cast(table: pa.Table, target: pa.Schema, url: str) -> pa.Table:
-    """The table in the dataset's types, which differ from the file's only in nullability
-    or list item names (checked by ShardIndex.columns_schema)."""
-    for name in table.column_names:
-        got, want = table.schema.field(name).type, target.field(name).type
-        if not pa.types.is_null(got) and not plain_type(got).equals(plain_type(want)):
-            raise ShardError(f"{redact(url)}: column {name!r} is {got}, the dataset's is {want}")
-    return table.cast(target)
-
-
-def packed(arrays: dict[str, np.ndarray]) -> dict[str, torch.Tensor]:
-    """The arrays as tensors that are views of one storage (each at an 8-byte aligned
-    offset). A DataLoader worker sends every storage in a batch through its own
-    shared-memory segment and file descriptor, which costs ~0.5 ms each here: one storage
-    a batch instead of one a column (measured: 1.6 -> 1.2 ms a batch for an id and a
-    tokens column)."""
-    offsets, total = [], 0
-    for a in arrays.values():
-        total = -(-total // 8) * 8
-        offsets.append(total)
-        total += a.nbytes
-    storage = torch.empty(total, dtype=torch.uint8)
-    out = {}
-    for (name, a), at in zip(arrays.items(), offsets):
-        dtype = torch.from_numpy(a[:0]).dtype
-        view = storage[at : at + a.nbytes].view(dtype).view(a.shape)
-        view.numpy()[...] = a
-        out[name] = view
-    return out
-
-
-class Fetched:
-    """What `ParquetFormat.fetch` got for rows [start, stop) of a shard: its footer and,
-    off local disk, the bytes of the column chunks to decode."""
-
-    def __init__(
-        self,
-        shard: Shard,
-        start: int,
-        stop: int,
-        first_row: int,
-        groups: list[int],
-        names: list[str] | None,
-        cols: list[str] | None,
-    ) -> None:
-        self.shard, self.start, self.stop, self.first_row = shard, start, stop, first_row
-        self.groups, self.names, self.cols = groups, names, cols
-        self.meta: Any = None
-        self.parts: dict[tuple[int, int], bytes] | None = None
-
-
-@contextmanager
-def read_errors(url: str, groups: Sequence[int]) -> Iterator[None]:
-    """Storage and decoding errors of a read, named by the shard and its row groups."""
-    try:
-        yield
-    except FileNotFoundError:
-        raise FileNotFoundError(f"{redact(url)}: shard not found") from None
-    except (pa.ArrowException, OSError, ValueError) as e:
-        raise ShardError(f"{redact(url)}: cannot read row groups {list(groups)}: {e}") from e
 
 
 class ParquetFormat:
@@ -250,7 +154,7 @@ class ParquetFormat:
             meta = self._metadata(fs, shard)
             parts = None
             if not isinstance(fs, LocalFileSystem):
-                parts = _fetch_column_chunks(fs, shard, meta, every, cols, self.retry)
+                parts = fetch_column_chunks(fs, shard, meta, every, cols, self.retry)
         for x in got:
             x.meta, x.parts = meta, parts
         return got
@@ -324,7 +228,7 @@ class ParquetFormat:
         if self.schema is not None and names is not None:
             target = pa.schema([self.schema.field(c) for c in table.column_names])
             if not table.schema.equals(target):
-                table = _cast(table, target, shard.url)
+                table = cast_to(table, target, shard.url)
             inside = shard.details.get("hive_values")
             if inside:
                 check_hive_values(table, inside, shard.url)

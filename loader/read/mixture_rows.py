@@ -13,9 +13,10 @@ import numpy as np
 from ..columns.placement import Placement
 from ..errors import ShardError, redact
 from ..formats import Format
-from ..streams import STREAM
 
-__all__ = ["StreamRows", "merge", "start_all"]
+__all__ = ["STREAM", "StreamRows", "merge", "start_all"]
+
+STREAM = "__stream__"  # records: the stream's name; batches: int64 stream indices
 
 
 def _holds_stream(sample: dict[str, Any], name: str) -> ShardError:

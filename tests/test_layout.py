@@ -1,0 +1,205 @@
+"""The house's rules, checked on the source: imports point one way, no module takes another's
+private names, no module passes 400 lines, and the old import paths still work.
+
+Imports are read with `ast` from every module of `loader`, `sampler` and `scripts`: those at
+the top, inside functions, and under ``if TYPE_CHECKING`` alike (a cycle hidden in a
+function or a type-only import is still a cycle a reader must follow).
+"""
+
+from __future__ import annotations
+
+import ast
+import subprocess
+import sys
+from collections import defaultdict
+from pathlib import Path
+
+import pytest
+
+REPO = Path(__file__).resolve().parent.parent
+PACKAGES = ("loader", "sampler", "scripts")
+MAX_LINES = 400
+# loader's rooms, bottom up: each may import only the rooms before it (and loader's leaf
+# modules errors, stats, shard); loader's other top modules sit above all of them
+ROOMS = ["storage", "cache", "columns", "formats", "index", "read"]
+LEAVES = {"loader.errors", "loader.stats", "loader.shard"}
+
+
+def modules(root: Path, packages: tuple[str, ...] = PACKAGES) -> dict[str, tuple[Path, bool]]:
+    """{dotted module name: (file, is a package's __init__)} under `root`."""
+    found = {}
+    for package in packages:
+        for f in sorted((root / package).rglob("*.py")):
+            parts = list(f.relative_to(root).with_suffix("").parts)
+            is_pkg = parts[-1] == "__init__"
+            found[".".join(parts[:-1] if is_pkg else parts)] = (f, is_pkg)
+    return found
+
+
+def imports(root: Path, packages: tuple[str, ...] = PACKAGES) -> list[tuple[str, str, str]]:
+    """(importer, imported module, name) for every import between the modules; `name` is
+    the name taken from the module ("" for a plain ``import a.b``)."""
+    mods = modules(root, packages)
+    out = []
+    for mod, (path, is_pkg) in mods.items():
+        for node in ast.walk(ast.parse(path.read_text(), str(path))):
+            if isinstance(node, ast.ImportFrom):
+                base = mod.split(".") if is_pkg else mod.split(".")[:-1]
+                if node.level:
+                    base = base[: len(base) - (node.level - 1)]
+                    target = ".".join(base + ([node.module] if node.module else []))
+                else:
+                    target = node.module or ""
+                for alias in node.names:
+                    sub = f"{target}.{alias.name}"
+                    if sub in mods:  # `from package import module`
+                        out.append((mod, sub, ""))
+                    elif target in mods:
+                        out.append((mod, target, alias.name))
+            elif isinstance(node, ast.Import):
+                out.extend((mod, a.name, "") for a in node.names if a.name in mods)
+    return [(a, b, n) for a, b, n in out if a != b]
+
+
+def cycles(edges: dict[str, set[str]]) -> list[list[str]]:
+    """The strongly connected components of more than one node (Tarjan), each sorted."""
+    index: dict[str, int] = {}
+    low: dict[str, int] = {}
+    stack: list[str] = []
+    on: set[str] = set()
+    found: list[list[str]] = []
+
+    def visit(v: str) -> None:
+        index[v] = low[v] = len(index)
+        stack.append(v)
+        on.add(v)
+        for w in sorted(edges.get(v, ())):
+            if w not in index:
+                visit(w)
+                low[v] = min(low[v], low[w])
+            elif w in on:
+                low[v] = min(low[v], index[w])
+        if low[v] == index[v]:
+            comp = []
+            while True:
+                w = stack.pop()
+                on.discard(w)
+                comp.append(w)
+                if w == v:
+                    break
+            if len(comp) > 1:
+                found.append(sorted(comp))
+
+    for v in sorted(edges):
+        if v not in index:
+            visit(v)
+    return found
+
+
+def graph(found: list[tuple[str, str, str]]) -> dict[str, set[str]]:
+    edges: dict[str, set[str]] = defaultdict(set)
+    for a, b, _ in found:
+        edges[a].add(b)
+    return edges
+
+
+def room(module: str) -> str:
+    """A loader module's room (its subpackage), or the module itself at loader's top."""
+    parts = module.split(".")
+    if parts[0] == "loader" and len(parts) > 1 and parts[1] in ROOMS:
+        return f"loader.{parts[1]}"
+    return module
+
+
+def test_no_module_import_cycle() -> None:
+    found = cycles(graph(imports(REPO)))
+    assert found == [], f"import cycles: {found}"
+
+
+def test_rooms_import_only_the_rooms_below() -> None:
+    """storage < cache < columns < formats < index < read < loader's top modules."""
+    order = {f"loader.{r}": k for k, r in enumerate(ROOMS)}
+    wrong = []
+    for a, b, _ in imports(REPO):
+        ra, rb = room(a), room(b)
+        if not (a.startswith("loader.") and b.startswith("loader.")) or ra == rb:
+            continue
+        if b in LEAVES or b == "loader":
+            continue
+        if ra in order and (rb not in order or order[rb] > order[ra]):
+            wrong.append(f"{a} -> {b}")
+    assert wrong == [], "imports that climb a room: " + "; ".join(wrong)
+
+
+def test_no_module_imports_anothers_private_names() -> None:
+    taken = [
+        f"{a} takes {b}.{n}"
+        for a, b, n in imports(REPO)
+        if n.startswith("_") and not n.startswith("__")
+    ]
+    assert taken == [], "private names used across modules: " + "; ".join(taken)
+
+
+def test_no_module_passes_400_lines() -> None:
+    long = {
+        str(path.relative_to(REPO)): n
+        for path, _ in modules(REPO).values()
+        if (n := len(path.read_text().splitlines())) > MAX_LINES
+    }
+    assert long == {}, f"modules over {MAX_LINES} lines: {long}"
+
+
+def test_the_checks_see_a_cycle_a_private_import_and_a_climb(tmp_path: Path) -> None:
+    """The checks above can fail: on a small package with each fault, they find it."""
+    pkg = tmp_path / "loader"
+    (pkg / "storage").mkdir(parents=True)
+    (pkg / "read").mkdir()
+    (pkg / "__init__.py").write_text("")
+    (pkg / "storage" / "__init__.py").write_text("")
+    (pkg / "read" / "__init__.py").write_text("")
+    (pkg / "a.py").write_text("def f():\n    from .b import g\n")
+    (pkg / "b.py").write_text(
+        "from typing import TYPE_CHECKING\nif TYPE_CHECKING:\n    from .a import f\n"
+    )
+    (pkg / "storage" / "s.py").write_text("from ..read.r import _hidden\n")
+    (pkg / "read" / "r.py").write_text("_hidden = 1\n")
+    found = imports(tmp_path, ("loader",))
+    assert cycles(graph(found)) == [["loader.a", "loader.b"]]
+    assert ("loader.storage.s", "loader.read.r", "_hidden") in found
+    assert room("loader.storage.s") == "loader.storage" and room("loader.a") == "loader.a"
+
+
+@pytest.mark.parametrize(
+    "statement",
+    [
+        "from loader import StreamingDataset, ShardIndex, Stream, Batch, MixtureDataset, Shard",
+        "from loader import RetryPolicy, ShardError, StaleIndexError, StaleSidecarError",
+        "from loader.index import ShardIndex",
+        "import shardstream; shardstream.StreamingDataset; shardstream.ShardIndex",
+        "from shardstream import *",
+        "from sampler import DistributedSampler, ShardSampler, MixtureSampler, Topology",
+        "from sampler import build_plan, all_plans, Plan, Chunk, distinct_per_batch",
+    ],
+)
+def test_the_public_import_paths_work_in_a_fresh_interpreter(statement: str) -> None:
+    done = subprocess.run(
+        [sys.executable, "-c", statement], cwd=REPO, capture_output=True, text=True, timeout=120
+    )
+    assert done.returncode == 0, done.stderr
+
+
+def test_a_mixture_is_a_streaming_dataset(tmp_path: Path) -> None:
+    """The mixture is not a subclass (it stands on loader.base beside StreamingDataset),
+    but `StreamingDataset([Stream, ...])` gives one that isinstance still calls one."""
+    import pyarrow as pa
+    import pyarrow.parquet as pq
+
+    from loader import MixtureDataset, Stream, StreamingDataset
+
+    for name in ("a", "b"):
+        (tmp_path / name).mkdir()
+        pq.write_table(pa.table({"id": list(range(8))}), tmp_path / name / "part-0.parquet")
+    ds = StreamingDataset([Stream(str(tmp_path / "a")), Stream(str(tmp_path / "b"))])
+    assert type(ds) is MixtureDataset
+    assert isinstance(ds, StreamingDataset) and issubclass(MixtureDataset, StreamingDataset)
+    assert sorted(r["id"] for r in ds) == sorted(list(range(8)) * 2)
