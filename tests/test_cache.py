@@ -267,6 +267,35 @@ def test_lru_for_comparison_drops_the_least_recently_read(tmp_path: Path) -> Non
     assert names == {b, c}
 
 
+def test_uneven_writers_of_one_folder_never_pass_the_limit(tmp_path: Path) -> None:
+    """Two processes' caches on one folder (two objects here, each with its own view):
+    one writes many blocks while the other, whose listing is fresh, writes one. Their
+    shared count makes the second evict instead of trusting its stale view; a block
+    deleted by hand only makes the count high, and the next tight write corrects it."""
+    block = 1000 + 4 + 16  # a block file of 1,000 bytes (data, trailer, CRC)
+    limit = 3 * block
+    future = Future({k: float(k) for k in range(1, 10)})
+    fast = NodeCache(tmp_path, limit=limit, future=future, sharers=2)
+    slow = NodeCache(tmp_path, limit=limit, future=future, sharers=2)
+    slow.held(rescan=True)  # its view: an empty folder, trusted for RESCAN seconds
+
+    def blocks() -> set[str]:
+        return {p.name for p in tmp_path.iterdir()} - {COUNT}
+
+    for k in (1, 2, 3, 4):
+        put(fast, k)
+    put(slow, 5)
+    assert sum((tmp_path / n).stat().st_size for n in blocks()) <= limit
+    assert len(blocks()) == 3
+    counted = int((tmp_path / COUNT).read_text())
+    assert counted == sum((tmp_path / n).stat().st_size for n in blocks())
+    (tmp_path / sorted(blocks())[0]).unlink()  # gone behind the caches' backs
+    put(fast, 6)
+    put(slow, 7)
+    on_disk = sum((tmp_path / n).stat().st_size for n in blocks())
+    assert on_disk <= limit and int((tmp_path / COUNT).read_text()) >= on_disk
+
+
 def test_next_use_beats_lru_at_half_the_share(s3: Any, tmp_path: Path, small_blocks: int) -> None:
     """One rank, 3 epochs, a cache of half what it reads: by next use, epochs 1 and 2 fetch
     at most 0.6 of the share; LRU (epoch-shaped access) fetches more."""
