@@ -193,7 +193,8 @@ def main() -> None:
     if args.rank_spec:
         print(json.dumps(rank_main(json.loads(args.rank_spec))))
         return
-    from bench import make_dataset, moto_server
+    from bench_data import make_dataset
+    from bench_s3 import moto_server
     from s3proxy import Shaping, counting_proxy
 
     os.environ.setdefault("AWS_ACCESS_KEY_ID", "bench")

@@ -29,14 +29,10 @@ from __future__ import annotations
 
 import argparse
 import json
-import os
-import shutil
 import subprocess
 import sys
 import tempfile
 import time
-from collections.abc import Iterator
-from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
 
@@ -48,85 +44,17 @@ REPO = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO))
 sys.path.insert(0, str(REPO / "scripts"))
 
-from scripts.bench_index import env  # noqa: E402  (the same child environment)
-from scripts.s3proxy import Shaping, counting_proxy  # noqa: E402
-from tests.conftest import moto_server  # noqa: E402
+from scripts.bench_index_setup import env  # noqa: E402  (the same child environment)
+from scripts.bench_scale_child import LOAD, child, first, webdataset_first  # noqa: E402
+from scripts.bench_scale_data import (  # noqa: E402
+    BUCKET,
+    manifest_dataset,
+    shaped_s3,
+    synthetic_parquet_index,
+)
+from scripts.bench_scale_table import print_table  # noqa: E402
 
-BUCKET = "bscale"
-PER_SHARD = 1000
 SECTIONS = ("manifest", "torchrun", "saved", "tar", "list", "planner")
-
-# run in a fresh process: prints one JSON line (seconds, peak RSS growth in MB, ...)
-_PRELUDE = (
-    "import json, sys, time\n"
-    "import torch, torch.distributed, torch.utils.data, pyarrow.parquet, s3fs, webdataset\n"
-    "import shardstream\n"
-    "from loader.index.shard_index import ShardIndex\n"
-    "def peak():\n"
-    "    status = open('/proc/self/status').read().split('VmHWM:')[1]\n"
-    "    return int(status.split()[0]) / 1024\n"
-    "open('/proc/self/clear_refs', 'w').write('5')  # the peak RSS from here (Linux >= 4.0)\n"
-    "def rss(): return int(open('/proc/self/statm').read().split()[1]) * 4096 / 2**20\n"
-    "p0 = rss(); t0 = time.perf_counter()\n"
-)
-
-
-def child(code: str, *argv: str) -> dict[str, Any]:
-    proc = subprocess.run(
-        [sys.executable, "-c", _PRELUDE + code, *argv], capture_output=True, text=True, env=env()
-    )
-    if proc.returncode:
-        raise SystemExit(f"a measurement failed:\n{proc.stderr[-3000:]}")
-    out: dict[str, Any] = json.loads(proc.stdout.strip().splitlines()[-1])
-    return out
-
-
-_FIRST = (
-    "opts = json.loads(sys.argv[2]) or None\n"
-    "ds = shardstream.StreamingDataset(json.loads(sys.argv[1]), storage_options=opts, "
-    "num_replicas=int(sys.argv[3]), rank=0, shuffle=False, batch_size=json.loads(sys.argv[4]))\n"
-    "built = time.perf_counter() - t0\n"
-    "next(iter(ds))\n"
-    "print(json.dumps({'built_s': built, 'seconds': time.perf_counter() - t0, "
-    "'mb': peak() - p0}))\n"
-)
-
-
-def first(
-    source: Any, opts: dict[str, Any] | None, ranks: int = 1, batch: int | None = 256
-) -> dict[str, Any]:
-    """Construction to the first item (a batch, or a record with batch None)."""
-    return child(_FIRST, json.dumps(source), json.dumps(opts), str(ranks), json.dumps(batch))
-
-
-def _webdataset_first(urls: list[str]) -> dict[str, Any]:
-    code = (
-        "d = webdataset.WebDataset(json.loads(sys.argv[1]), shardshuffle=False)\n"
-        "next(iter(d))\n"
-        "print(json.dumps({'seconds': time.perf_counter() - t0, 'mb': peak() - p0}))\n"
-    )
-    return child(code, json.dumps(urls))
-
-
-def manifest_dataset(root: Path, shards: int, world: int) -> Path:
-    """A Parquet manifest of `shards` shards of PER_SHARD records; only the shards rank 0
-    of `world` reads (shuffle off) exist, as copies of one file."""
-    root.mkdir(parents=True, exist_ok=True)
-    ids = np.arange(PER_SHARD, dtype=np.int64)
-    table = pa.table({"id": ids, "x": np.random.default_rng(0).random(PER_SHARD)})
-    pq.write_table(table, root / "s0000000.parquet", row_group_size=PER_SHARD // 4)
-    size = (root / "s0000000.parquet").stat().st_size
-    for k in range(1, -(-shards // world) + 2):
-        shutil.copyfile(root / "s0000000.parquet", root / f"s{k:07d}.parquet")
-    names = pa.array([f"s{k:07d}.parquet" for k in range(shards)])
-    manifest = root / "train.manifest.parquet"
-    pq.write_table(
-        pa.table(
-            {"url": names, "size": np.full(shards, size), "records": np.full(shards, PER_SHARD)}
-        ),
-        manifest,
-    )
-    return manifest
 
 
 def _hwm() -> float:
@@ -179,59 +107,6 @@ def torchrun(ranks: int, manifest: Path) -> dict[str, Any]:
     return out
 
 
-def synthetic_parquet_index(shards: int) -> Any:
-    """An index of `shards` scanned Parquet shards of 4 row groups (the layout a real
-    build records), made as arrays."""
-    from loader.index.shard_index import ShardIndex
-    from loader.index.table import shard_table
-
-    groups = 4
-
-    def lists(values: np.ndarray, per: int) -> pa.Array:
-        offsets = np.arange(0, len(values) + 1, per, dtype=np.int32)
-        return pa.ListArray.from_arrays(pa.array(offsets), pa.array(values))
-
-    n = shards * groups
-    layout = {
-        "row_group_rows": lists(np.full(n, PER_SHARD // groups, np.int64), groups),
-        "row_group_offsets": lists(
-            np.tile(np.arange(groups, dtype=np.int64) * 9000 + 4, shards), groups
-        ),
-        "row_group_bytes": lists(np.full(n, 9000, np.int64), groups),
-        "column_uncompressed_bytes": pa.ListArray.from_arrays(
-            pa.array(np.arange(0, 2 * shards + 1, 2, dtype=np.int32)),
-            lists(np.full(2 * n, 8000, np.int64), groups),
-        ),
-        "footer_bytes": pa.array(np.full(shards, 700, np.int64)),
-        "schema": pa.array(np.zeros(shards, np.int32)),
-    }
-    urls = pa.array([f"s3://bucket/data/part-{k:07d}.parquet" for k in range(shards)])
-    versions = pa.array([f'"{k:032x}"' for k in range(shards)])
-    table = shard_table(urls, np.full(shards, 36_800), versions, np.full(shards, PER_SHARD), layout)
-    schema = pa.schema([("id", pa.int64()), ("x", pa.float64())])
-    return ShardIndex(schemas=[schema], table=table, format="parquet")
-
-
-_LOAD = (
-    "index = ShardIndex.load(sys.argv[1])\n"
-    "print(json.dumps({'seconds': time.perf_counter() - t0, 'mb': peak() - p0, "
-    "'shards': len(index)}))\n"
-)
-
-
-@contextmanager
-def shaped_s3(latency_ms: float) -> Iterator[tuple[str, str, Any]]:
-    """(moto's URL, the shaping proxy's URL, an s3fs filesystem on moto)."""
-    os.environ.update({k: v for k, v in env().items() if k.startswith("AWS_")})
-    import s3fs
-
-    with moto_server() as url:
-        fs = s3fs.S3FileSystem(client_kwargs={"endpoint_url": url}, skip_instance_cache=True)
-        fs.mkdir(BUCKET)
-        with counting_proxy(url, shaping=Shaping(latency_ms=latency_ms, mbps=100)) as proxy:
-            yield url, proxy.url, fs
-
-
 def row(
     item: str, what: str, got: float, goal: str, unit: str = "s", **more: Any
 ) -> dict[str, Any]:
@@ -271,16 +146,16 @@ def run(args: argparse.Namespace) -> list[dict[str, Any]]:
                 row("2", "  peak RSS growth, other ranks", got["mb_others"], "<= 100 MB", "MB")
             )
         if only & {"saved", "tar"}:
-            import bench
+            import bench_data
 
-            bench.make_dataset(tmp / "b", 16, 10_000, 2_000)
+            bench_data.make_dataset(tmp / "b", 16, 10_000, 2_000)
             tars = sorted((tmp / "b" / "tar").glob("*.tar"))
             tar_index = ShardIndex.build([str(p) for p in tars])
             tar_index.save(str(tmp / "tar.index.arrow"))
             tar_index.save(str(tmp / "tar.index.json"))
         if "saved" in only:
             synthetic_parquet_index(args.shards).save(str(tmp / "p.index.arrow"))
-            got = child(_LOAD, str(tmp / "p.index.arrow"))
+            got = child(LOAD, str(tmp / "p.index.arrow"))
             rows.append(
                 row(
                     "3",
@@ -292,7 +167,7 @@ def run(args: argparse.Namespace) -> list[dict[str, Any]]:
             )
             members = sum(len(s.details["members"]) * 3 for s in tar_index.shards)
             for kind in ("arrow", "json"):
-                got = child(_LOAD, str(tmp / f"tar.index.{kind}"))
+                got = child(LOAD, str(tmp / f"tar.index.{kind}"))
                 goal = ("<= 0.1 s", "<= 20 MB") if kind == "arrow" else ("-", "-")
                 rows.append(
                     row(
@@ -306,7 +181,7 @@ def run(args: argparse.Namespace) -> list[dict[str, Any]]:
                     row("3", "  RSS growth until the shards are read", got["mb"], goal[1], "MB")
                 )
         if "tar" in only:
-            wds = _webdataset_first([str(p) for p in tars])
+            wds = webdataset_first([str(p) for p in tars])
             ours = first(str(tmp / "tar.index.arrow"), None, batch=None)
             rows.append(row("4", "tar local, first record: webdataset", wds["seconds"], "-"))
             rows.append(
@@ -326,7 +201,7 @@ def run(args: argparse.Namespace) -> list[dict[str, Any]]:
                     [f"s3://{BUCKET}/tar/{p.name}" for p in tars],
                     {"client_kwargs": {"endpoint_url": url}},
                 ).save(f"s3://{BUCKET}/tar.index.arrow", {"client_kwargs": {"endpoint_url": url}})
-                wds = _webdataset_first(
+                wds = webdataset_first(
                     [f"pipe:curl -s -f {shaped}/{BUCKET}/tar/{p.name}" for p in tars]
                 )
                 ours = first(f"s3://{BUCKET}/tar.index.arrow", opts, batch=None)
@@ -402,18 +277,6 @@ def run(args: argparse.Namespace) -> list[dict[str, Any]]:
                     )
                 )
     return rows
-
-
-def print_table(rows: list[dict[str, Any]]) -> None:
-    print("| # | measured | value | goal |")
-    print("|---|---|---:|---|")
-    for r in rows:
-        value = f"{r['value']:.3f} s" if r["unit"] == "s" else f"{r['value']:.0f} MB"
-        if "ratio" in r:
-            value += f" ({r['ratio']:.2f}x)"
-        if "mb" in r:
-            value += f", +{r['mb']:.0f} MB"
-        print(f"| {r['item']} | {r['what'].strip()} | {value} | {r['goal']} |")
 
 
 def main() -> None:

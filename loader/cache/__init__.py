@@ -7,3 +7,7 @@
 
 Stands on `loader.storage`; storage reaches it only through `loader.storage.through`.
 """
+
+from __future__ import annotations
+
+__all__: list[str] = []  # import names from the modules above

@@ -6,3 +6,7 @@
 - `batching`: Arrow tables to tensors (`Batch`), and batches regrouped to a size.
 - `arrays`, `arrow_numpy`: numpy <-> Arrow without copies or pyarrow's pandas shim.
 """
+
+from __future__ import annotations
+
+__all__: list[str] = []  # import names from the modules above

@@ -9,3 +9,7 @@ Stages, each importing only those below it:
 Beside them: `mixture_rows` (a mixture's streams merged in the schedule's order) and
 `amplification` (the warning when a plan fetches far more than its records).
 """
+
+from __future__ import annotations
+
+__all__: list[str] = []  # import names from the modules above

@@ -10,3 +10,7 @@
 
 Imports point down only: storage imports no other subpackage of `loader`.
 """
+
+from __future__ import annotations
+
+__all__: list[str] = []  # import names from the modules above
