@@ -106,15 +106,19 @@ def _list_dir(
     names how many and a few of them, except index files (``.json``, ``.idx``)."""
     found = list_files(source, storage_options, listed)
     listed_files = [e for e in found if not is_hidden(e.relpath)]
-    # a manifest kept beside the shards (train.manifest.parquet) is not one of them
-    entries = [e for e in listed_files if format_of_url(e.url) and not is_manifest(e.url)]
-    skipped = [
-        e.relpath or e.url
-        for e in listed_files
-        if not format_of_url(e.url)
-        and not e.url.lower().endswith(_COMPANIONS)
-        and not is_manifest(e.url)
-    ]
+    entries: list[FileEntry] = []  # the shards
+    companions: list[FileEntry] = []  # index files: saved indexes, sidecars, wids lists
+    skipped: list[str] = []  # neither
+    for e in listed_files:  # each file looked at once
+        companion = e.url.lower().endswith(_COMPANIONS)
+        if companion:
+            companions.append(e)
+        if is_manifest(e.url):  # a manifest beside the shards is not one of them
+            continue
+        if format_of_url(e.url):
+            entries.append(e)
+        elif not companion:
+            skipped.append(e.relpath or e.url)
     if not entries:
         names = [e.relpath or e.url for e in found]
         raise FileNotFoundError(
@@ -123,7 +127,6 @@ def _list_dir(
             + (f", e.g. {', '.join(names[:_EXAMPLES])}" if names else "")
             + _hint(names)
         )
-    companions = [e for e in listed_files if e.url.lower().endswith(_COMPANIONS)]
     if skipped:
         log.warning(
             "%s: skipped %d file(s) that are not shards (shard suffixes: %s), e.g. %s",
