@@ -22,7 +22,12 @@ def _write(folder: Path, shards: int, rows: int, row_group_size: int) -> str:
     return str(folder)
 
 
-def _warnings(caplog: pytest.LogCaptureFixture) -> list[str]:
+def _warnings(ds: StreamingDataset, caplog: pytest.LogCaptureFixture, epochs: int) -> list[str]:
+    """The read-amplification warnings of reading `epochs` epochs of `ds` (each whole)."""
+    with caplog.at_level(logging.WARNING, logger="loader"):
+        for epoch in range(epochs):
+            ds.set_epoch(epoch)
+            assert len(list(ds)) == len(ds)
     return [r.getMessage() for r in caplog.records if "read amplification" in r.getMessage()]
 
 
@@ -31,11 +36,8 @@ def test_readers_sharing_one_row_group_are_warned_once(
 ) -> None:
     source = _write(tmp_path / "d", shards=1, rows=800, row_group_size=800)
     ds = StreamingDataset(source, num_replicas=8, rank=3, columns=["id"])
-    with caplog.at_level(logging.WARNING, logger="loader"):
-        for epoch in range(2):
-            ds.set_epoch(epoch)
-            assert len(list(ds)) == 100
-    (message,) = _warnings(caplog)  # once, not every epoch
+    assert len(ds) == 100
+    (message,) = _warnings(ds, caplog, epochs=2)  # once, not every epoch
     assert "read amplification 8.0x" in message and "8 ranks x 1 DataLoader workers" in message
     assert "fewer DataLoader workers" in message and "shardstream-plan" in message
 
@@ -45,6 +47,5 @@ def test_readers_of_their_own_row_groups_are_not_warned(
 ) -> None:
     source = _write(tmp_path / "d", shards=4, rows=800, row_group_size=50)
     ds = StreamingDataset(source, num_replicas=2, rank=1, columns=["id"])
-    with caplog.at_level(logging.WARNING, logger="loader"):
-        assert len(list(ds)) == 1600
-    assert _warnings(caplog) == []
+    assert len(ds) == 1600
+    assert _warnings(ds, caplog, epochs=1) == []
