@@ -20,11 +20,13 @@ from ..errors import ShardError
 from ..shard import Shard
 from ..storage.filesystems import FileEntry, redact
 from .parquet_thrift import encrypted_columns
+from .schemas import plain_type
 
 __all__ = [
     "FOOTERS",
     "GROUP_BYTES",
     "TAIL",
+    "UNREADABLE",
     "FooterCache",
     "check_footer",
     "column_ranges",
@@ -75,8 +77,8 @@ def footer_details(footer: bytes, url: str) -> tuple[pq.FileMetaData, dict[str, 
     """
     try:
         meta = parse_footer(footer)
-    except (pa.ArrowException, OSError) as e:
-        raise ShardError(f"{redact(url)}: not a readable Parquet file ({e})") from e
+    except UNREADABLE as e:  # a damaged footer: names that are not UTF-8, bad Thrift, ...
+        raise ShardError(f"{redact(url)}: not a readable Parquet file ({e!r})") from e
     # a plaintext footer of encrypted columns is followed by its signature (28 bytes), so
     # it is longer than what pyarrow parsed: only then is the Thrift walked (as long as
     # this function's own loop over the columns), before any column is touched
@@ -87,10 +89,19 @@ def footer_details(footer: bytes, url: str) -> tuple[pq.FileMetaData, dict[str, 
             "decrypt it first (pyarrow.parquet with a CryptoFactory and its keys)"
         )
     try:
-        # schema-level metadata (pandas' index ranges, ...) differs from file to file
-        schema = meta.schema.to_arrow_schema().remove_metadata()
-    except (pa.ArrowException, OSError) as e:
-        raise ShardError(f"{redact(url)}: not a readable Parquet file ({e})") from e
+        return meta, _details(meta, footer, url)
+    except ShardError:
+        raise
+    except UNREADABLE as e:
+        raise ShardError(f"{redact(url)}: not a readable Parquet file ({e!r})") from e
+
+
+def _details(meta: pq.FileMetaData, footer: bytes, url: str) -> dict[str, Any]:
+    """footer_details' index details of parsed metadata (a damaged footer can make any of
+    pyarrow's accessors raise: footer_details names the file)."""
+    # schema-level metadata (pandas' index ranges, ...) differs from file to file
+    schema = meta.schema.to_arrow_schema().remove_metadata()
+    text = _checked_schema(schema)
     pad = _legacy_padding(meta)
     rows, offsets, lengths = [], [], []
     # (top-level column, row group): uncompressed bytes of its leaf column chunks
@@ -102,12 +113,17 @@ def footer_details(footer: bytes, url: str) -> tuple[pq.FileMetaData, dict[str, 
         # a row group's bytes: from its first column chunk's first page to its last's end
         starts = [_chunk_start(rg.column(j)) for j in range(rg.num_columns)]
         ends = [s + rg.column(j).total_compressed_size + pad for j, s in enumerate(starts)]
+        if rg.num_rows < 0:
+            raise ShardError(
+                f"{redact(url)}: row group {i} says it holds {rg.num_rows} rows: a damaged "
+                "footer (a count cannot be negative)"
+            )
         rows.append(rg.num_rows)
         offsets.append(min(starts, default=0))
         lengths.append(max(ends, default=0) - min(starts, default=0))
         for c, (a, b) in enumerate(itertools.pairwise(first_leaf.tolist())):
             plain[c].append(sum(rg.column(j).total_uncompressed_size for j in range(a, b)))
-    return meta, {
+    return {
         # the row groups' counts: parquet-rs 0.3 wrote num_rows 0 above row groups holding
         # rows, and pyarrow reads the row groups' rows
         "num_records": int(sum(rows)),
@@ -120,8 +136,29 @@ def footer_details(footer: bytes, url: str) -> tuple[pq.FileMetaData, dict[str, 
             "column_uncompressed_bytes": plain,
             "footer_bytes": len(footer),  # metadata + 4-byte length + "PAR1"
         },
-        "schema": schema_to_b64(schema),
+        "schema": text,
     }
+
+
+# what pyarrow raises on a damaged footer: ArrowInvalid / OSError, and ValueError (a
+# UnicodeDecodeError for names that are not UTF-8), KeyError, IndexError from its Python
+UNREADABLE = (pa.ArrowException, OSError, ValueError, KeyError, IndexError)
+_SCHEMAS: set[str] = set()  # schemas (as text) already known to read back
+
+
+def _checked_schema(schema: pa.Schema) -> str:
+    """The schema as text (`schema_to_b64`), checked to read back as the index will read
+    it: pyarrow can derive from a damaged footer a schema it cannot read again (a fixed
+    size binary of a negative width). Checked once a distinct schema."""
+    text = schema_to_b64(schema)
+    if text not in _SCHEMAS:
+        schema_from_b64(text)
+        for f in schema:  # and its columns' types compare as the index compares them
+            plain_type(f.type)
+        if len(_SCHEMAS) > 4096:
+            _SCHEMAS.clear()
+        _SCHEMAS.add(text)
+    return text
 
 
 def parse_footer(footer: bytes) -> pq.FileMetaData:

@@ -65,7 +65,8 @@ def select_schema(
 
     `examples[i]` is the URL of a shard whose schema is `schemas[i]`. Raises ShardError
     naming the shard, the column and both types when a shard lacks an asked column or
-    holds it with another type; ValueError for a column no shard has.
+    holds it with another type, or naming the shard and the column when a shard holds
+    several columns of that name; ValueError for a column no shard has.
     """
     unified = unify_schemas(schemas)
     names = unified.names if columns is None else list(columns)
@@ -77,6 +78,13 @@ def select_schema(
         )
     out = []
     for name in names:
+        for i, schema in enumerate(schemas):
+            if schema.names.count(name) > 1:
+                raise ShardError(
+                    f"{redact(examples[i])}: {schema.names.count(name)} columns are named "
+                    f"{name!r}: a record holds one value a name; ask for other columns "
+                    "(columns=[...]) or rewrite the file with distinct column names"
+                )
         first = next(i for i, s in enumerate(schemas) if name in s.names)
         want = schemas[first].field(name).type
         for i, schema in enumerate(schemas):
