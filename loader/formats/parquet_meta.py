@@ -4,6 +4,7 @@ and the cache of parsed footers."""
 from __future__ import annotations
 
 import base64
+import functools
 import itertools
 import re
 import threading
@@ -143,7 +144,6 @@ def _details(meta: pq.FileMetaData, footer: bytes, url: str) -> dict[str, Any]:
 # what pyarrow raises on a damaged footer: ArrowInvalid / OSError, and ValueError (a
 # UnicodeDecodeError for names that are not UTF-8), KeyError, IndexError from its Python
 UNREADABLE = (pa.ArrowException, OSError, ValueError, KeyError, IndexError)
-_SCHEMAS: set[str] = set()  # schemas (as text) already known to read back
 
 
 def _checked_schema(schema: pa.Schema) -> str:
@@ -151,14 +151,16 @@ def _checked_schema(schema: pa.Schema) -> str:
     it: pyarrow can derive from a damaged footer a schema it cannot read again (a fixed
     size binary of a negative width). Checked once a distinct schema."""
     text = schema_to_b64(schema)
-    if text not in _SCHEMAS:
-        schema_from_b64(text)
-        for f in schema:  # and its columns' types compare as the index compares them
-            plain_type(f.type)
-        if len(_SCHEMAS) > 4096:
-            _SCHEMAS.clear()
-        _SCHEMAS.add(text)
+    _check_schema_text(text)
     return text
+
+
+@functools.lru_cache(maxsize=4096)  # a failed check is not cached: it raises every time
+def _check_schema_text(text: str) -> None:
+    """Raise what pyarrow raises if the schema does not read back, or if one of its
+    columns' types does not compare as the index compares them (schemas.plain_type)."""
+    for f in schema_from_b64(text):
+        plain_type(f.type)
 
 
 def parse_footer(footer: bytes) -> pq.FileMetaData:
