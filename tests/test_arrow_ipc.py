@@ -117,17 +117,99 @@ def test_a_mixture_of_parquet_and_arrow_forms_batches(tmp_path: Path) -> None:
     assert len(got) == len(set(got))  # no row twice in an epoch
 
 
-def test_truncated_stream_and_dictionaries_are_refused(tmp_path: Path) -> None:
+def test_a_truncated_stream_is_refused(tmp_path: Path) -> None:
     path = tmp_path / "t.arrow"
     _write(path, _table(0, 1000), "stream")
     data = path.read_bytes()
     path.write_bytes(data[: len(data) - 100])
     with pytest.raises(ShardError, match=r"t.arrow: not a readable Arrow IPC file"):
         StreamingDataset(str(path))
-    d = pa.table({"c": pa.array(["a", "b", "a"]).dictionary_encode()})
-    _write(tmp_path / "dict.arrow", d, "file")
-    with pytest.raises(ShardError, match=r"dict.arrow: dictionary-encoded columns"):
-        StreamingDataset(str(tmp_path / "dict.arrow"))
+
+
+def _dictionary_stream(path: Path) -> pa.Table:
+    """A stream whose dictionary grows by deltas and is replaced between batches (what a
+    writer appending categories emits); pyarrow's table of it, read back."""
+    schema = pa.schema([("x", pa.int64()), ("c", pa.dictionary(pa.int32(), pa.string()))])
+    words = [["a", "b"], ["a", "b", "c"], ["z", "y"], ["z", "y", "x", "w"], ["q"]]
+    options = pa.ipc.IpcWriteOptions(emit_dictionary_deltas=True)
+    with pa.ipc.new_stream(path, schema, options=options) as w:
+        for k, dictionary in enumerate(words):
+            xs = list(range(k * 5, k * 5 + 5))
+            codes = pa.array([(i * 7) % len(dictionary) for i in xs], pa.int32())
+            c = pa.DictionaryArray.from_arrays(codes, pa.array(dictionary))
+            w.write_batch(pa.record_batch([pa.array(xs), c], schema=schema))
+    reader = pa.ipc.open_stream(path)
+    table = reader.read_all()
+    assert reader.stats.num_dictionary_deltas > 0 and reader.stats.num_replaced_dictionaries > 0
+    return table
+
+
+def test_dictionaries_read_as_their_values_in_any_order(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Each batch read alone (shuffled, over two ranks) replays the dictionary messages
+    before it: deltas, replacements. Records are pyarrow's, every column."""
+    from loader.formats import parquet_meta
+
+    monkeypatch.setattr(parquet_meta, "GROUP_BYTES", 1)  # a read group a record batch
+    want = _dictionary_stream(tmp_path / "d.arrow").to_pylist()
+    assert {r["c"] for r in want} >= {"a", "c", "z", "w", "q"}
+    for seed in range(3):
+        got = []
+        for rank in range(2):
+            ds = StreamingDataset(str(tmp_path / "d.arrow"), num_replicas=2, rank=rank, seed=seed)
+            got += list(ds)
+        assert all(r == want[r["x"]] for r in got)  # whole records (x is the row number)
+        assert {r["x"] for r in got} == set(range(len(want)))  # (one padded: 25 rows, 2 ranks)
+        batches = StreamingDataset(str(tmp_path / "d.arrow"), batch_size=4, seed=seed)
+        rows = [(x, c) for b in batches for x, c in zip(b["x"].tolist(), b["c"])]
+        assert sorted(rows) == [(r["x"], r["c"]) for r in want]
+
+
+def test_polars_categoricals_read_as_their_values(tmp_path: Path) -> None:
+    import polars as pl
+
+    df = pl.DataFrame(
+        {"x": [1, 2, 3, 4], "c": ["red", "blue", None, "red"]},
+        schema={"x": pl.Int64, "c": pl.Categorical},
+    )
+    df.write_ipc(tmp_path / "f.arrow")
+    df.write_ipc_stream(tmp_path / "s.ipc")
+    want = df.with_columns(pl.col("c").cast(pl.Utf8)).to_dicts()
+    for name in ("f.arrow", "s.ipc"):
+        assert pa.types.is_dictionary(feather.read_table(tmp_path / "f.arrow").schema[1].type)
+        assert list(StreamingDataset(str(tmp_path / name), shuffle=False)) == want
+
+
+def test_damaged_offsets_are_refused_by_name_not_a_crash(tmp_path: Path) -> None:
+    """A batch whose string offsets point past its data (the frame intact) is refused
+    with the file and the column named; read in a child process, so that a crash fails
+    this test rather than the whole run."""
+    import subprocess
+    import sys
+
+    path = tmp_path / "o.arrow"
+    table = pa.table({"s": ["alpha", "beta", "gamma"] * 100})
+    with pa.ipc.new_stream(path, table.schema) as w:
+        w.write_table(table)
+    data = bytearray(path.read_bytes())
+    offsets = np.arange(0, 301, dtype=np.int32)  # not the real ones: find the real ones
+    real = np.cumsum([0] + [len(v) for v in table.column("s").to_pylist()]).astype(np.int32)
+    at = bytes(data).find(real.tobytes())
+    assert at > 0 and offsets.size == real.size
+    data[at + 4 * 150 : at + 4 * 151] = np.int32(1 << 30).tobytes()
+    path.write_bytes(bytes(data))
+    code = (
+        "from loader import StreamingDataset, ShardError\n"
+        "try:\n"
+        f"    list(StreamingDataset({str(path)!r}, shuffle=False))\n"
+        "except ShardError as e:\n"
+        "    print('REFUSED', e)\n"
+    )
+    run = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120)
+    assert run.returncode == 0, run.stderr[-2000:]
+    assert run.stdout.startswith("REFUSED"), run.stdout
+    assert str(path) in run.stdout and "column 's'" in run.stdout
 
 
 def test_a_batch_from_the_wrong_place_is_refused(tmp_path: Path) -> None:

@@ -3,19 +3,16 @@
 ``datasets``' ``save_to_disk`` writes), read by record batch as Parquet is read by row
 group.
 
-Both formats are a sequence of framed messages (the stream format's, after the file
-format's 8-byte magic): a schema, then record batches, each ``0xFFFFFFFF``, a 4-byte
-metadata length, a flatbuffer ``Message`` and its body. Indexing walks those frames from
-the start, reading only each message's metadata (one small read per batch when the
-batches are large, as tar headers are walked) and skipping the bodies; the index keeps
-each batch's rows, offset and size. A read fetches the bytes of its batches (one range)
-and decodes them with pyarrow's ``ipc.read_message`` / ``ipc.read_record_batch``, after
-checking that each frame is where the index says, with the size it says: bytes from the
-wrong place are a ShardError, never rows. pyarrow's readers cannot do this part: they
-either open the whole stream from its start or (the file format) read the footer, which
-gives batch offsets but no row counts.
-
-Dictionary-encoded columns (dictionary batches) are refused by name.
+Indexing walks the message frames (loader.formats.ipc_frames). A read fetches the bytes of
+its record batches (one range) and of the dictionary batches they need, checks that each
+frame is where the index says with the size it says (bytes from the wrong place are a
+ShardError, never rows), and hands the file's own schema message, those dictionaries and
+those batches, as a stream, to pyarrow's stream reader: it converts big-endian files to
+native byte order, replays dictionaries (deltas, replacements, shared ones) and
+decompresses bodies. Every batch is then validated in full (offsets, sizes, UTF-8) before
+any Python code touches its buffers: the bytes are untrusted. Columns are read as their
+values (loader.formats.ipc_values): dictionaries decoded, views and run-end encoding
+undone.
 """
 
 from __future__ import annotations
@@ -29,128 +26,32 @@ import pyarrow as pa
 from ..errors import ShardError
 from ..shard import Shard
 from ..storage.filesystems import FileEntry, redact
-from ..storage.ranges import RangeFile
+from ..storage.ranges import PartsFile, RangeFile
 from ..storage.retry import read_ranges
+from .ipc_frames import (
+    CONTINUATION,
+    DICTIONARY,
+    RECORD_BATCH,
+    SCHEMA,
+    dictionaries_for,
+    message_header,
+    walk,
+)
+from .ipc_values import check_column, plain_column, schema_read_types
 from .parquet import ParquetFormat
 from .parquet_fetch import Fetched, read_errors
-from .parquet_meta import row_groups, schema_to_b64
+from .parquet_meta import FooterCache, row_groups, schema_to_b64
 
-__all__ = ["ArrowFormat", "walk_messages"]
+__all__ = ["ArrowFormat"]
 
-_FILE_MAGIC = b"ARROW1"
-_CONTINUATION = 0xFFFFFFFF
-_SCHEMA, _DICTIONARY, _RECORD_BATCH = 1, 2, 3  # flatbuffer MessageHeader union types
 _HEADER_READ = 64 << 10  # bytes read at each message header the walk reaches
+_OPTIONS = pa.ipc.IpcReadOptions(ensure_native_endian=True, use_threads=False)
+_EOS = struct.pack("<Ii", CONTINUATION, 0)
 
-
-def _table(buf: bytes, pos: int) -> tuple[int, int, int]:
-    """(table position, vtable position, vtable size) of the flatbuffer table at `pos`."""
-    vtable = pos - struct.unpack_from("<i", buf, pos)[0]
-    return pos, vtable, struct.unpack_from("<H", buf, vtable)[0]
-
-
-def _field(buf: bytes, table: tuple[int, int, int], index: int) -> int | None:
-    """Absolute position of field `index` of a table, None when absent (the default)."""
-    pos, vtable, size = table
-    at = 4 + 2 * index
-    if at + 2 > size:
-        return None
-    off = struct.unpack_from("<H", buf, vtable + at)[0]
-    return pos + off if off else None
-
-
-def message_header(metadata: bytes) -> tuple[int, int, int]:
-    """(header type, body length, rows) of a flatbuffer Message (rows: a record batch's
-    length, else 0). Message: version 0, header_type 1, header 2, bodyLength 3;
-    RecordBatch: length 0."""
-    root = _table(metadata, struct.unpack_from("<I", metadata, 0)[0])
-    kind_at = _field(metadata, root, 1)
-    kind = metadata[kind_at] if kind_at is not None else 0
-    body_at = _field(metadata, root, 3)
-    body = struct.unpack_from("<q", metadata, body_at)[0] if body_at is not None else 0
-    rows = 0
-    header_at = _field(metadata, root, 2)
-    if kind == _RECORD_BATCH and header_at is not None:
-        batch = _table(metadata, header_at + struct.unpack_from("<I", metadata, header_at)[0])
-        length_at = _field(metadata, batch, 0)
-        rows = struct.unpack_from("<q", metadata, length_at)[0] if length_at is not None else 0
-    return kind, body, rows
-
-
-def _frame(f: Any, pos: int) -> tuple[int, bytes] | None:
-    """(frame prefix length, metadata) of the message at `pos`; None at end of stream."""
-    f.seek(pos)
-    head = f.read(8)
-    if len(head) < 4:
-        return None
-    first = struct.unpack_from("<I", head, 0)[0]
-    if first == _CONTINUATION:
-        if len(head) < 8:
-            return None
-        prefix, length = 8, struct.unpack_from("<i", head, 4)[0]
-    else:  # the format before Arrow 0.15: the length alone
-        prefix, length = 4, struct.unpack_from("<i", head, 0)[0]
-    if length == 0:
-        return None  # end-of-stream marker
-    f.seek(pos + prefix)
-    metadata = f.read(length)
-    if len(metadata) < length:
-        raise EOFError(f"a message at byte {pos} runs past the end")
-    return prefix, metadata
-
-
-def walk_messages(f: Any, url: str, size: int) -> dict[str, Any]:
-    """Index an Arrow IPC file or stream (`f`: a seekable file of `size` bytes): its schema
-    and, per record batch, rows, offset and bytes (frame, metadata and body)."""
-    f.seek(0)
-    start = 8 if f.read(6) == _FILE_MAGIC else 0
-    pos, schema = start, None
-    rows: list[int] = []
-    offsets: list[int] = []
-    lengths: list[int] = []
-    try:
-        while pos < size:
-            frame = _frame(f, pos)
-            if frame is None:
-                break
-            prefix, metadata = frame
-            kind, body, n = message_header(metadata)
-            end = pos + prefix + len(metadata) + body
-            if end > size:
-                raise EOFError(f"a message at byte {pos} ends at {end}")
-            if kind == _SCHEMA:
-                schema = pa.ipc.read_schema(pa.py_buffer(_framed(metadata)))
-            elif kind == _DICTIONARY:
-                raise ShardError(
-                    f"{redact(url)}: dictionary-encoded columns in an Arrow IPC file are not "
-                    "supported; write it without dictionaries (table.cast to plain types)"
-                )
-            elif kind == _RECORD_BATCH:
-                rows.append(n)
-                offsets.append(pos)
-                lengths.append(end - pos)
-            pos = end
-        else:
-            if start == 0:
-                raise EOFError(f"no end-of-stream marker in its {size} bytes")
-    except (EOFError, struct.error, IndexError, pa.ArrowException) as e:
-        raise ShardError(f"{redact(url)}: not a readable Arrow IPC file (truncated? {e})") from e
-    if schema is None:
-        raise ShardError(f"{redact(url)}: not an Arrow IPC file (no schema message)")
-    return {
-        "num_records": int(sum(rows)),
-        "details": {
-            "ipc": True,
-            "row_group_rows": rows,
-            "row_group_offsets": offsets,
-            "row_group_bytes": lengths,
-        },
-        "schema": schema_to_b64(schema.remove_metadata()),
-    }
-
-
-def _framed(metadata: bytes) -> bytes:
-    return struct.pack("<Ii", _CONTINUATION, len(metadata)) + metadata
+# each shard's head, read once a process: the stream format's schema message (its bytes:
+# the file's byte order and dictionary ids, which a schema serialized again would not
+# keep), the file format's footer
+HEADS: FooterCache[bytes] = FooterCache(16 << 20)
 
 
 class ArrowFormat(ParquetFormat):
@@ -161,12 +62,21 @@ class ArrowFormat(ParquetFormat):
     suffixes = (".arrow", ".feather", ".ipc")
 
     def scan(self, fs: Any, entries: Sequence[FileEntry]) -> list[dict[str, Any]]:
-        """Each file's message frames walked (`walk_messages`), of its listed version."""
+        """Each file's message frames walked (loader.formats.ipc_frames), of its listed
+        version."""
         out = []
         for e in entries:
             f = RangeFile(fs, e.url, e.size, self.retry, e.version)
             f.readahead(_HEADER_READ)
-            out.append(walk_messages(f, e.url, e.size))
+            schema, details = walk(f, e.url, e.size)
+            plain = schema_read_types(schema.remove_metadata())
+            out.append(
+                {
+                    "num_records": int(sum(details["row_group_rows"])),
+                    "details": details,
+                    "schema": schema_to_b64(plain),
+                }
+            )
         return out
 
     def fetch_many(
@@ -176,59 +86,180 @@ class ArrowFormat(ParquetFormat):
         rows: Sequence[tuple[int, int]],
         columns: Sequence[str] | None,
     ) -> list[Fetched]:
-        """The bytes of the record batches holding each row range (one range read each)."""
+        """The bytes of the record batches holding each row range (one range read each),
+        of the dictionary batches they need, and of the shard's head (`HEADS`) when this
+        process has not read it yet: all in one concurrent read."""
         names, cols = self._names(columns)
-        got, starts, ends = [], [], []
         d = shard.details
+        if d.get("ipc") not in ("file", "stream"):
+            raise ShardError(
+                f"{redact(shard.url)}: the index was built by an older shardstream, which did "
+                "not record where the Arrow IPC schema and dictionaries are; rebuild the index"
+            )
+        key = (shard.url, shard.bytes, shard.version)
+        wanted: list[tuple[Fetched | None, int, int]] = []  # (for, start, end); None: the head
+        got = []
         for start, stop in rows:
             first_row, groups = row_groups(shard, start, stop)
-            got.append(Fetched(shard, start, stop, first_row, groups, names, cols))
-            starts.append(d["row_group_offsets"][groups[0]])
-            ends.append(d["row_group_offsets"][groups[-1]] + d["row_group_bytes"][groups[-1]])
-        indexed = [(shard.bytes, shard.version)] * len(got)
+            x = Fetched(shard, start, stop, first_row, groups, names, cols)
+            x.parts = {}
+            got.append(x)
+            a, last = d["row_group_offsets"][groups[0]], groups[-1]
+            wanted.append((x, a, d["row_group_offsets"][last] + d["row_group_bytes"][last]))
+            for at, n, *_ in _dictionaries(d, groups):
+                wanted.append((x, at, at + n))
+        if HEADS.get(key) is None:
+            at, n = _head(d)
+            wanted.append((None, at, at + n))
+        indexed = [(shard.bytes, shard.version)] * len(wanted)
         with read_errors(shard.url, sorted({g for x in got for g in x.groups})):
-            data = read_ranges(fs, [shard.url] * len(got), starts, ends, self.retry, indexed)
-        for x, a, blob in zip(got, starts, data):
-            x.parts = {(a, a + len(blob)): blob}
+            data = read_ranges(
+                fs,
+                [shard.url] * len(wanted),
+                [w[1] for w in wanted],
+                [w[2] for w in wanted],
+                self.retry,
+                indexed,
+            )
+        for (into, a, _), blob in zip(wanted, data):
+            if into is None:
+                _check_head(blob, shard.url, d)
+                HEADS.put(key, blob, len(blob))
+            elif into.parts is not None:
+                into.parts[(a, a + len(blob))] = blob
         return got
 
     def decode(self, fs: Any, got: Fetched) -> pa.Table:
-        """The fetched batches, each frame checked against the index, as one table."""
+        """The fetched batches, each frame checked against the index, read by pyarrow's
+        readers (with the dictionaries they need), validated in full, as one table of the
+        index's schema."""
         shard, d = got.shard, got.shard.details
-        (((base, _), blob),) = got.parts.items()  # type: ignore[union-attr]
         number = d.get("schema", 0)
         if number >= len(self.file_schemas):
             raise ValueError("ArrowFormat reads with the index's schemas (file_schemas)")
-        schema = self.file_schemas[number]
-        batches = []
+        key = (shard.url, shard.bytes, shard.version)
+        head = HEADS.get(key)
+        if head is None:  # dropped from the cache since the fetch: fetch it again
+            at, n = _head(d)
+            indexed = [(shard.bytes, shard.version)]
+            (head,) = read_ranges(fs, [shard.url], [at], [at + n], self.retry, indexed)
+            _check_head(head, shard.url, d)
+        parts = dict(got.parts or {})
+        frames = []  # (offset, frame) in file order
+        for g in got.groups:
+            at, n = d["row_group_offsets"][g], d["row_group_bytes"][g]
+            frame = _part(parts, at, n, shard.url)
+            _check_frame(frame, shard.url, at, n, RECORD_BATCH, d["row_group_rows"][g])
+            frames.append((at, frame))
+        for at, n, *_ in _dictionaries(d, got.groups):
+            frame = _part(parts, at, n, shard.url)
+            _check_frame(frame, shard.url, at, n, DICTIONARY, None)
+            frames.append((at, frame))
         with read_errors(shard.url, got.groups):
-            for g in got.groups:
-                at, n = d["row_group_offsets"][g] - base, d["row_group_bytes"][g]
-                frame = memoryview(blob)[at : at + n]
-                _check_frame(frame, shard.url, base + at, n, d["row_group_rows"][g])
-                message = pa.ipc.read_message(pa.py_buffer(frame))
-                batches.append(pa.ipc.read_record_batch(message, schema))
-        table = pa.Table.from_batches(batches, schema=schema)
+            if d["ipc"] == "stream":  # the file's schema, then its messages in file order
+                stream = b"".join([head, *(f for _, f in sorted(frames)), _EOS])
+                reader = pa.ipc.open_stream(pa.py_buffer(stream), options=_OPTIONS)
+                batches, schema = list(reader), reader.schema
+            else:  # pyarrow's file reader, on the fetched parts and the footer
+                footer_at = d["ipc_footer"][0]
+                parts[(footer_at, footer_at + len(head))] = head
+                f = PartsFile(shard.url, shard.bytes, parts, self._fetcher(fs, shard))
+                reader = pa.ipc.open_file(f, options=_OPTIONS)
+                batches, schema = [reader.get_batch(g) for g in got.groups], reader.schema
+            table = _plain_table(batches, schema, self.file_schemas[number], shard.url)
         if got.cols is not None:
             table = table.select(got.cols)
         part = table.slice(got.start - got.first_row, got.stop - got.start)
         return self._shape(part, shard, got.names)
 
 
-def _check_frame(frame: memoryview, url: str, offset: int, size: int, rows: int) -> None:
-    """The bytes at `offset` must be the record batch the index recorded: a framed
-    message of `size` bytes holding `rows` rows."""
+def _head(d: dict[str, Any]) -> tuple[int, int]:
+    """[offset, bytes] of a shard's head: the schema message, or the footer."""
+    at, n = d["ipc_schema"] if d["ipc"] == "stream" else d["ipc_footer"]
+    return int(at), int(n)
+
+
+def _check_head(blob: bytes, url: str, d: dict[str, Any]) -> None:
+    at, n = _head(d)
+    if d["ipc"] == "stream":
+        _check_frame(blob, url, at, n, SCHEMA, None)
+    elif len(blob) != n or blob[-6:] != b"ARROW1":
+        raise ShardError(
+            f"{redact(url)}: the bytes read at {at} are not the Arrow IPC footer the index "
+            "recorded: the shard changed, or the storage returned other bytes; rebuild the index"
+        )
+
+
+def _dictionaries(d: dict[str, Any], groups: Sequence[int]) -> list[list[int]]:
+    """The dictionary batches a read of record batches `groups` needs: the stream
+    format's replayed up to them (`dictionaries_for`); the file format's, all (pyarrow's
+    file reader reads every one before its first batch)."""
+    if d["ipc"] == "stream":
+        return dictionaries_for(d, groups[0], groups[-1])
+    return list(d.get("ipc_dictionaries", ()))
+
+
+def _plain_table(
+    batches: list[pa.RecordBatch], read: pa.Schema, indexed: pa.Schema, url: str
+) -> pa.Table:
+    """The batches as a table of the index's schema, every column validated in full (the
+    bytes are untrusted: before anything reads them) and read as its values."""
+    if [f.name for f in read] != indexed.names:
+        raise ShardError(
+            f"{redact(url)}: the file's columns are {read.names}, the index recorded "
+            f"{indexed.names}; rebuild the index"
+        )
+    columns = []
+    for i, field in enumerate(indexed):
+        chunks = []
+        try:
+            for b in batches:
+                column = b.column(i)
+                check_column(column)
+                chunks.append(plain_column(column))
+        except KeyError as e:  # a type pyarrow reads but has no Python array class for
+            raise ShardError(
+                f"{redact(url)}: column {field.name!r} is {read.field(i).type}, which pyarrow "
+                "reads but cannot hand to Python; ask for other columns (columns=[...])"
+            ) from e
+        except (pa.ArrowException, ValueError, TypeError) as e:
+            raise ShardError(
+                f"{redact(url)}: column {field.name!r} ({read.field(i).type}) cannot be read: {e}"
+            ) from e
+        if any(not c.type.equals(field.type) for c in chunks):
+            raise ShardError(
+                f"{redact(url)}: column {field.name!r} reads as {chunks[0].type}, the index "
+                f"recorded {field.type}; rebuild the index"
+            )
+        columns.append(pa.chunked_array(chunks, type=field.type))
+    return pa.Table.from_arrays(columns, schema=indexed)
+
+
+def _part(parts: dict[tuple[int, int], bytes], at: int, n: int, url: str) -> memoryview:
+    """Bytes [at, at + n) from the fetched ranges holding them."""
+    for (a, b), blob in parts.items():
+        if a <= at and at + n <= b:
+            return memoryview(blob)[at - a : at - a + n]
+    raise ShardError(f"{redact(url)}: bytes [{at}, {at + n}) were not fetched")
+
+
+def _check_frame(frame: Any, url: str, offset: int, size: int, kind: int, rows: int | None) -> None:
+    """The bytes at `offset` must be the message the index recorded: a framed message of
+    `kind`, of `size` bytes, holding `rows` rows (a record batch's)."""
+    names = {SCHEMA: "schema", DICTIONARY: "dictionary batch", RECORD_BATCH: "record batch"}
     try:
         first = struct.unpack_from("<I", frame, 0)[0]
-        prefix = 8 if first == _CONTINUATION else 4
+        prefix = 8 if first == CONTINUATION else 4
         length = struct.unpack_from("<i", frame, prefix - 4)[0]
-        kind, body, n = message_header(bytes(frame[prefix : prefix + length]))
-        ok = kind == _RECORD_BATCH and prefix + length + body == size and n == rows
+        got_kind, body, n, _, _ = message_header(bytes(frame[prefix : prefix + length]))
+        ok = got_kind == kind and prefix + length + body <= size and len(frame) == size
+        ok = ok and (rows is None or n == rows)
     except (struct.error, IndexError, ValueError):
         ok = False
     if not ok:
+        what = f"{rows} rows, " if rows is not None else ""
         raise ShardError(
-            f"{redact(url)}: the bytes read at {offset} are not the record batch the index "
-            f"recorded ({rows} rows, {size} bytes): the shard changed, or the storage "
-            "returned other bytes; rebuild the index"
+            f"{redact(url)}: the bytes read at {offset} are not the {names[kind]} the index "
+            f"recorded ({what}{size} bytes): the shard changed, or the storage returned "
+            "other bytes; rebuild the index"
         )

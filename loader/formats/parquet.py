@@ -17,8 +17,9 @@ from torch.utils.data import get_worker_info
 from ..columns.batching import column_to_batch
 from ..columns.gather import Block, gather, padded
 from ..columns.kinds import LENGTHS, Kind, check_length, check_part
+from ..errors import ShardError
 from ..shard import Shard
-from ..storage.filesystems import FileEntry, check_version
+from ..storage.filesystems import FileEntry, check_version, redact
 from ..storage.ranges import PartsFile
 from ..storage.retry import RetryPolicy, count_fetched, read_ranges
 from .deferred import complete, estimated_bytes, is_deferred
@@ -191,6 +192,12 @@ class ParquetFormat:
                 table = pq.ParquetFile(f, metadata=got.meta).read_row_groups(
                     groups, columns=cols, use_threads=False
                 )
+        rows = got.shard.details["row_group_rows"]
+        if table.num_rows != sum(rows[g] for g in groups):  # a damaged file: the pages hold
+            raise ShardError(  # other counts than the footer says
+                f"{redact(url)}: row groups {list(groups)} decode to {table.num_rows} rows, "
+                f"the footer says {sum(rows[g] for g in groups)}: a damaged file"
+            )
         part = table.slice(got.start - got.first_row, got.stop - got.start)
         return self._shape(part, got.shard, got.names)
 

@@ -10,7 +10,7 @@ import re
 import threading
 from collections import OrderedDict
 from collections.abc import Sequence
-from typing import Any
+from typing import Any, Generic, TypeVar
 
 import numpy as np
 import pyarrow as pa
@@ -80,14 +80,18 @@ def footer_details(footer: bytes, url: str) -> tuple[pq.FileMetaData, dict[str, 
         meta = parse_footer(footer)
     except UNREADABLE as e:  # a damaged footer: names that are not UTF-8, bad Thrift, ...
         raise ShardError(f"{redact(url)}: not a readable Parquet file ({e!r})") from e
-    # a plaintext footer of encrypted columns is followed by its signature (28 bytes), so
-    # it is longer than what pyarrow parsed: only then is the Thrift walked (as long as
-    # this function's own loop over the columns), before any column is touched
-    if meta.serialized_size != len(footer) - 8 and encrypted_columns(footer[:-8]):
+    # pyarrow aborts the process when asked for the metadata of a column chunk holding
+    # encryption metadata (loader.formats.parquet_thrift): walked before any is touched
+    try:
+        encrypted = encrypted_columns(footer[:-8])
+    except ValueError as e:
+        raise ShardError(f"{redact(url)}: not a readable Parquet file ({e})") from e
+    if encrypted:
         raise ShardError(
             f"{redact(url)}: an encrypted Parquet file (columns encrypted under a plaintext "
-            "footer, Parquet modular encryption): shardstream reads no encrypted files; "
-            "decrypt it first (pyarrow.parquet with a CryptoFactory and its keys)"
+            "footer, Parquet modular encryption; or a damaged footer saying so): "
+            "shardstream reads no encrypted files; decrypt it first "
+            "(pyarrow.parquet with a CryptoFactory and its keys)"
         )
     try:
         return meta, _details(meta, footer, url)
@@ -309,21 +313,22 @@ TAIL = 8 << 10  # indexing reads this much of a shard's end: its footer, mostly 
 
 
 FooterKey = tuple[str, int, str | None]  # url, size, version: a shard's exact bytes
+T = TypeVar("T")
 
 
-class FooterCache:
-    """Parsed Parquet footers by (url, size, version), least recently used dropped once their
-    serialized sizes add up to more than `max_bytes` (the parsed form takes a few times
-    that). Thread-safe: reader threads share it."""
+class FooterCache(Generic[T]):
+    """Parsed Parquet footers (or another thing read once a shard) by (url, size, version),
+    least recently used dropped once their serialized sizes add up to more than `max_bytes`
+    (the parsed form takes a few times that). Thread-safe: reader threads share it."""
 
     def __init__(self, max_bytes: int) -> None:
         self.max_bytes = max_bytes
-        self._items: OrderedDict[FooterKey, tuple[pq.FileMetaData, int]]
+        self._items: OrderedDict[FooterKey, tuple[T, int]]
         self._items = OrderedDict()
         self._bytes = 0
         self._lock = threading.Lock()
 
-    def get(self, key: FooterKey) -> pq.FileMetaData | None:
+    def get(self, key: FooterKey) -> T | None:
         with self._lock:
             item = self._items.get(key)
             if item is None:
@@ -331,7 +336,7 @@ class FooterCache:
             self._items.move_to_end(key)
             return item[0]
 
-    def put(self, key: FooterKey, meta: pq.FileMetaData, nbytes: int) -> None:
+    def put(self, key: FooterKey, meta: T, nbytes: int) -> None:
         with self._lock:
             old = self._items.pop(key, None)
             self._bytes += nbytes - (old[1] if old else 0)
@@ -347,4 +352,4 @@ class FooterCache:
 # Footers parsed in this process: indexing fills it, so the process that built the index
 # (and DataLoader workers forked from it) fetches no footer again; a worker reading
 # several pieces of a shard fetches its footer once.
-FOOTERS = FooterCache(64 << 20)
+FOOTERS: FooterCache[pq.FileMetaData] = FooterCache(64 << 20)

@@ -56,7 +56,10 @@ LAYOUT: dict[str, pa.DataType] = {
     "column_uncompressed_bytes": pa.list_(_INTS),
     "footer_bytes": pa.int64(),
     "schema": pa.int32(),
-    "ipc": pa.bool_(),
+    "ipc": pa.string(),  # Arrow IPC: "file" or "stream" (an older index: true)
+    "ipc_schema": _INTS,
+    "ipc_footer": _INTS,
+    "ipc_dictionaries": pa.list_(_INTS),
     "keys": pa.list_(pa.string()),
     "member_ext": pa.list_(pa.list_(pa.string())),
     "member_offset": pa.list_(_INTS),
