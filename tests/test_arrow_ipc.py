@@ -181,6 +181,46 @@ def test_polars_categoricals_read_as_their_values(tmp_path: Path) -> None:
         assert list(StreamingDataset(str(tmp_path / name), shuffle=False)) == want
 
 
+def test_newer_types_read_as_pyarrow_reads_them(tmp_path: Path) -> None:
+    """Views, run-end encoding, list views whose offsets go backwards (pyarrow 26 casts
+    those to wrong lists) and the UUID extension type: records as pyarrow's to_pylist;
+    batches of the plain columns. Feather version 1 is refused by name."""
+    import uuid
+    import warnings
+
+    import pyarrow.compute as pc
+
+    offsets, sizes = pa.array([1, 0, 0], pa.int32()), pa.array([2, 1, 0], pa.int32())
+    table = pa.table(
+        {
+            "id": pa.array([1, 2, 3]),
+            "s": pa.array(["a", None, "c"]).cast(pa.string_view()),
+            "b": pa.array([b"x", b"y", None]).cast(pa.binary_view()),
+            "r": pc.run_end_encode(pa.array([5, 5, None])),
+            "lv": pa.ListViewArray.from_arrays(offsets, sizes, pa.array([7, 8, 9])),
+            "u": pa.array([uuid.UUID(int=i).bytes for i in range(3)], pa.uuid()),
+        }
+    )
+    feather.write_feather(table, tmp_path / "v.feather")
+    want = table.to_pylist()
+    assert [r["lv"] for r in want] == [[8, 9], [7], []]
+    assert list(StreamingDataset(str(tmp_path / "v.feather"), shuffle=False)) == want
+    ds = StreamingDataset(
+        str(tmp_path / "v.feather"),
+        shuffle=False,
+        batch_size=3,
+        columns=["id", "r"],
+        fill_nulls={"r": -1},
+    )
+    ((batch,),) = [list(ds)]
+    assert batch["id"].tolist() == [1, 2, 3] and batch["r"].tolist() == [5, 5, -1]
+    with warnings.catch_warnings():  # pyarrow deprecated writing version 1
+        warnings.simplefilter("ignore", DeprecationWarning)
+        feather.write_feather(pa.table({"x": [1, 2]}), tmp_path / "old.feather", version=1)
+    with pytest.raises(ShardError, match=r"old.feather: a Feather version 1 file"):
+        StreamingDataset(str(tmp_path / "old.feather"))
+
+
 def test_damaged_offsets_are_refused_by_name_not_a_crash(tmp_path: Path) -> None:
     """A batch whose string offsets point past its data (the frame intact) is refused
     with the file and the column named; read in a child process, so that a crash fails
