@@ -12,8 +12,10 @@ FileMetaData.row_groups (field 4), each RowGroup's columns (field 1), each Colum
 ``crypto_metadata`` (field 8), skipping every other value, and the footer's own
 ``encryption_algorithm`` (FileMetaData field 8).
 
-The walk is plain functions over the bytes (a footer of 5,000 column chunks, 535 KB, in
-~40 ms; pyarrow's own accessors take ~20 ms for the index details of the same footer).
+The walk is plain functions over the bytes, scalars skipped inline: ~0.09 µs a footer
+byte (0.9 ms for the 9 KB footer of 20 row groups of 4 columns, 42 ms for 535 KB), about
+as much as pyarrow's accessors take for the index details. It is the price of indexing a
+file without risking the process; an index is built once (saved, or split over ranks).
 """
 
 from __future__ import annotations
@@ -83,6 +85,17 @@ def _skip(d: bytes, at: int, kind: int) -> int:
         n, item, at = _list_head(d, at)
         if item <= 2:  # a list's bools take a byte each
             return at + n
+        if 4 <= item <= 6:  # varints: n bytes without the continuation bit
+            while n:
+                if d[at] < 0x80:
+                    n -= 1
+                at += 1
+            return at
+        if item == _BINARY:
+            for _ in range(n):
+                size, at = _varint(d, at)
+                at += size
+            return at
         for _ in range(n):
             at = _skip(d, at, item)
         return at
@@ -94,13 +107,33 @@ def _skip(d: bytes, at: int, kind: int) -> int:
             for _ in range(n):
                 at = _skip(d, _skip(d, at, types >> 4), types & 0x0F)
         return at
-    if kind == _STRUCT:
-        field = 0
+    if kind == _STRUCT:  # the hot loop: scalars skipped inline, no call per field
         while True:
-            field, kind, at = _field(d, at, field)
+            head = d[at]
+            at += 1
+            kind = head & 0x0F
             if not kind:
                 return at
-            at = _skip(d, at, kind)
+            if not head & 0xF0:  # a long field header: its id, a zigzag varint
+                while d[at] & 0x80:
+                    at += 1
+                at += 1
+            if 4 <= kind <= 6:  # i16, i32, i64
+                while d[at] & 0x80:
+                    at += 1
+                at += 1
+            elif kind == _BINARY:
+                n = shift = 0
+                while True:
+                    b = d[at]
+                    at += 1
+                    n |= (b & 0x7F) << shift
+                    if b < 0x80:
+                        break
+                    shift += 7
+                at += n
+            elif kind > 2:
+                at = _skip(d, at, kind)
     raise ValueError(f"unknown Thrift compact type {kind}")
 
 
