@@ -27,7 +27,7 @@ from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
 
-from tests.corpora import CORPORA, batch_same, same
+from tests.corpora import CORPORA, batch_columns, batch_same, same
 
 ROOT = CORPORA / "arrow-testing"
 BATCH = 7  # batch mode's batch size: batches cut across record batches and row groups
@@ -100,16 +100,6 @@ def reference(path: Path) -> Any:
         return e
 
 
-def _columns_of(batches: list[dict[str, Any]]) -> dict[str, list[Any]]:
-    import torch
-
-    out: dict[str, list[Any]] = {}
-    for b in batches:
-        for k, v in b.items():
-            out.setdefault(k, []).extend(v.tolist() if isinstance(v, torch.Tensor) else v)
-    return out
-
-
 def judge(case: dict[str, Any], want: Any) -> dict[str, Any]:
     """Read the case with the loader and compare with pyarrow's `want`."""
     import pyarrow as pa
@@ -140,7 +130,7 @@ def judge(case: dict[str, Any], want: Any) -> dict[str, Any]:
                 detail += f": {str(got[first])[:200]} != {str(want.to_pylist()[first])[:200]}"
             return {**out, "outcome": "wrong", "error": detail}
         return {**out, "outcome": "read"}
-    columns = _columns_of(got)
+    columns = batch_columns(got)
     cols = {c: want.column(i).to_pylist() for i, c in enumerate(want.column_names)}
     if sorted(columns) != sorted(cols) and want.num_rows:
         return {**out, "outcome": "wrong", "error": f"columns {sorted(columns)} != {sorted(cols)}"}

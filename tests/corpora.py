@@ -57,6 +57,17 @@ def batch_same(ours: Any, want: Any) -> bool:
     return same(ours, want)
 
 
+def batch_columns(batches: list[dict[str, Any]]) -> dict[str, list[Any]]:
+    """Batches as whole columns of Python values (tensors as lists), in order."""
+    import torch
+
+    out: dict[str, list[Any]] = {}
+    for b in batches:
+        for k, v in b.items():
+            out.setdefault(k, []).extend(v.tolist() if isinstance(v, torch.Tensor) else v)
+    return out
+
+
 def webdataset_samples(path: Path) -> list[dict[str, Any]]:
     """webdataset's raw samples of a shard (no decoding), in order."""
     import webdataset as wds

@@ -16,12 +16,18 @@ from typing import Any
 import pyarrow as pa
 import pyarrow.parquet as pq
 import pytest
-import torch
 
 from loader import ShardError, StreamingDataset
 from loader.storage.ranged_get import RangeIgnoredError
 from tests.conftest import moto_server
-from tests.corpora import batch_same, corpus_names, same, unpack, webdataset_samples
+from tests.corpora import (
+    batch_columns,
+    batch_same,
+    corpus_names,
+    same,
+    unpack,
+    webdataset_samples,
+)
 from tests.httpd import http_server
 
 BACKENDS = ["local", "s3", "http", "http-no-range"]
@@ -98,14 +104,6 @@ def _read(url: str, opts: dict[str, Any], batch: int | None) -> list[Any]:
     return list(ds)
 
 
-def _columns_of(batches: list[dict[str, Any]]) -> dict[str, list[Any]]:
-    out: dict[str, list[Any]] = {}
-    for b in batches:
-        for k, v in b.items():
-            out.setdefault(k, []).extend(v.tolist() if isinstance(v, torch.Tensor) else v)
-    return out
-
-
 def _refused(error: BaseException, url: str, backend: str) -> None:
     """A refusal must be a ShardError naming the file (a server ignoring Range: saying so)."""
     assert isinstance(error, ShardError), f"{type(error).__name__}: {error}"
@@ -143,7 +141,7 @@ def test_parquet_corpus(
         if batch is None:
             assert same(got, rows)
         else:
-            columns = _columns_of(got)
+            columns = batch_columns(got)
             want = {c: table.column(c).to_pylist() for c in table.column_names}
             assert sorted(columns) == sorted(want) or table.num_rows == 0
             for c, values in columns.items():

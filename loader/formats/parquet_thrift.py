@@ -123,14 +123,7 @@ def _skip(d: bytes, at: int, kind: int) -> int:
                     at += 1
                 at += 1
             elif kind == _BINARY:
-                n = shift = 0
-                while True:
-                    b = d[at]
-                    at += 1
-                    n |= (b & 0x7F) << shift
-                    if b < 0x80:
-                        break
-                    shift += 7
+                n, at = _varint(d, at)
                 at += n
             elif kind > 2:
                 at = _skip(d, at, kind)
