@@ -128,9 +128,14 @@ class DatasetBase(IterableDataset[Any]):
         bytes_fetched) and cache_held_bytes (what the cache folder holds now, for the
         whole node)."""
         totals: dict[str, Any] = self._stats.totals()
-        folders = {n.cache_dir: n for n in getattr(self, "nodes", [self.node])}
+        folders = {n.cache_dir: n for n in self._cache_nodes()}
         totals["cache_held_bytes"] = sum(n.held_bytes() for n in folders.values())
         return totals
+
+    def _cache_nodes(self) -> list[NodeOptions]:
+        """The node options of every cache this dataset reads through (a mixture: one a
+        stream)."""
+        return [self.node]
 
     def reset_stats(self) -> None:
         """Zero the counters (of this process and its workers)."""

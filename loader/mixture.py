@@ -182,9 +182,11 @@ class MixtureDataset(DatasetBase):
         )
         self._start_epochs()
 
-    # --- construction checks ------------------------------------------------------------
-
     # --- epochs and state ---------------------------------------------------------------
+
+    def _cache_nodes(self) -> list[NodeOptions]:
+        """Each stream's node options (its own cache folder and limit)."""
+        return self.nodes
 
     def _layout(self, num_workers: int) -> Layout:
         return MixLayout(
