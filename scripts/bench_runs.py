@@ -5,6 +5,7 @@ from __future__ import annotations
 
 from collections.abc import Callable, Iterator
 from pathlib import Path
+from typing import Any
 
 try:  # run as scripts/bench.py, or installed as shardstream_scripts
     from bench_data import SMALL, tar_shards
@@ -37,8 +38,8 @@ except ImportError:
         peer_webdataset_s3,
     )
 
-# name -> (limit it is compared with, group, builder(data, endpoint) -> run)
-RUNS: dict[str, tuple[str, str, Callable[[Path, str | None], Iterator[int]]]] = {
+# name -> (limit it is compared with, group, builder(data, endpoint, storage options) -> run)
+RUNS: dict[str, tuple[str, str, Callable[[Path, str | None, dict[str, Any]], Iterator[int]]]] = {
     "raw pyarrow decode": ("", "limit", lambda d, e, o: raw_decode(d, False)),
     "raw pyarrow to_pylist": ("", "limit", lambda d, e, o: raw_decode(d, True)),
     "raw tar read": ("", "limit", lambda d, e, o: raw_tar(d)),
