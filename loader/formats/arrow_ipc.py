@@ -6,13 +6,14 @@ group.
 Indexing walks the message frames (loader.formats.ipc_frames). A read fetches the bytes of
 its record batches (one range) and of the dictionary batches they need, checks that each
 frame is where the index says with the size it says (bytes from the wrong place are a
-ShardError, never rows), and hands the file's own schema message, those dictionaries and
-those batches, as a stream, to pyarrow's stream reader: it converts big-endian files to
-native byte order, replays dictionaries (deltas, replacements, shared ones) and
-decompresses bodies. Every batch is then validated in full (offsets, sizes, UTF-8) before
-any Python code touches its buffers: the bytes are untrusted. Columns are read as their
-values (loader.formats.ipc_values): dictionaries decoded, views and run-end encoding
-undone.
+ShardError, never rows), and hands them to pyarrow's readers: the stream format's, after
+the file's own schema message, as a stream to ``ipc.open_stream``; the file format's, with
+its footer, as a file of the fetched parts to ``ipc.open_file``. pyarrow converts
+big-endian files to native byte order, replays dictionaries (deltas, replacements, shared
+ones) and decompresses bodies. Every column is then validated in full (offsets, sizes,
+UTF-8) before any Python code touches its buffers: the bytes are untrusted. Columns are
+read as their values (loader.formats.ipc_values): dictionaries decoded, views and run-end
+encoding undone.
 """
 
 from __future__ import annotations

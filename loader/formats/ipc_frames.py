@@ -179,9 +179,11 @@ def _walk_file(f: Any, url: str, size: int) -> tuple[pa.Schema, dict[str, Any]]:
     not); pyarrow's file reader reads the schema from it."""
     footer_at = _footer_start(f, url, size)
     f.seek(footer_at)
-    footer = f.read(size - 10 - footer_at)
-    f.seek(0)
-    schema = pa.ipc.open_file(f).schema
+    tail = f.read(size - footer_at)  # the footer, its length and ARROW1
+    footer = tail[:-10]
+    # pyarrow's file reader reads only the magic and the tail to open a file: given them
+    # alone, it reads the schema from the footer without asking the storage again
+    schema = pa.ipc.open_file(pa.py_buffer(FILE_MAGIC + b"\0\0" + tail)).schema
     d: dict[str, Any] = {"ipc": "file", "ipc_footer": [footer_at, size - footer_at]}
     d["ipc_dictionaries"] = [
         [a, end - a, 0, ident, int(delta)]
