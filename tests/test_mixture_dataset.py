@@ -359,9 +359,9 @@ def test_streams_share_one_decoding_pool(root: Path, monkeypatch: pytest.MonkeyP
     threads: set[int] = set()
     decode = pipeline.PlanReader.decode
 
-    def counted(self: Any, fs: Any, entry: Any, raw: Any) -> Any:
+    def counted(self: Any, fs: Any, entry: Any, raw: Any, table: Any = None) -> Any:
         threads.add(threading.get_ident())
-        return decode(self, fs, entry, raw)
+        return decode(self, fs, entry, raw, table)
 
     monkeypatch.setattr(pipeline.PlanReader, "decode", counted)
     ds = mix(root, batch_size=4, epoch_size=120)

@@ -169,17 +169,20 @@ class ParquetFormat:
         cols = None if names is None else [c for c in names if c not in self.partitions]
         return names, cols
 
-    def decode(self, fs: Any, got: Fetched) -> pa.Table:
+    def decode(self, fs: Any, got: Fetched, table: pa.Table | None = None) -> pa.Table:
         """The decoding part of `read`: local files are read by pyarrow's own file here
-        (pre-buffered, coalesced; about 20% less CPU than bytes read through fsspec)."""
+        (pre-buffered, coalesced; about 20% less CPU than bytes read through fsspec), or
+        were read by a scan (`table`: the rows of `got`'s row groups; loader.read.scanning),
+        which this checks and shapes as its own reads."""
         url, groups, cols = got.shard.url, got.groups, got.cols
         with read_errors(url, groups):
             if got.parts is None:
                 try:
-                    pf = self._open(fs, got)
-                    # one thread a read: several groups are decoded at once, and pyarrow's
-                    # pool on top only adds contention (measured slower)
-                    table = pf.read_row_groups(groups, columns=cols, use_threads=False)
+                    if table is None:
+                        pf = self._open(fs, got)
+                        # one thread a read: several groups are decoded at once, and
+                        # pyarrow's pool on top only adds contention (measured slower)
+                        table = pf.read_row_groups(groups, columns=cols, use_threads=False)
                 finally:  # what was read is the indexed file (or a failure is explained)
                     check_version(fs, url, got.shard.bytes, got.shard.version)
                 starts, ends = column_ranges(url, got.meta, groups, cols)  # the chunks read

@@ -44,6 +44,7 @@ class GroupReader(Protocol):
 
     index: ShardIndex
     fmt: Format
+    columns: list[str] | None
     budget: MemoryBudget
     read_threads: int
     prefetch: int | None
@@ -54,8 +55,8 @@ class GroupReader(Protocol):
         """Fetch `entry` (and the groups it takes along); its future gets the block."""
         ...
 
-    def decode(self, fs: Any, entry: Group, raw: Any) -> Any:
-        """`entry`'s block from its fetched bytes."""
+    def decode(self, fs: Any, entry: Group, raw: Any, table: Any = None) -> Any:
+        """`entry`'s block from its fetched bytes (`table`: its rows, read by a scan)."""
         ...
 
     def estimate(self, shard_id: int, start: int, stop: int) -> tuple[int, int]:

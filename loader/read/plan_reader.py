@@ -217,15 +217,18 @@ class PlanReader:
         for e_, raw in zip(together, raws):
             entry.ahead.fetched(e_, raw)
 
-    def decode(self, fs: Any, entry: Group, raw: Any) -> Any:
+    def decode(self, fs: Any, entry: Group, raw: Any, table: Any = None) -> Any:
         """Decode and join one group (in a decoding thread: the same few threads decode
         every group, so Arrow's allocator keeps free memory in few thread heaps), and
-        charge the budget its measured size instead of the estimate."""
+        charge the budget its measured size instead of the estimate. `table`: its rows,
+        read by a scan (loader.read.scanning), checked and shaped here."""
         with active(self.stats):
             t0 = time.perf_counter()
             fetched = fetch_seconds()  # local files are read while decoding
             try:
-                block = self.fmt.join([self.fmt.decode(fs, raw)])
+                fmt: Any = self.fmt  # a table from a scan: Parquet's decode takes it
+                part = fmt.decode(fs, raw) if table is None else fmt.decode(fs, raw, table)
+                block = self.fmt.join([part])
             except ConversionError as e:
                 url = redact(self.index.shards[entry.shard].url)
                 where = f"column {e.column!r}, row {entry.first + e.row} of the shard"

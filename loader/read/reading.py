@@ -19,6 +19,7 @@ from sampler.plan import Chunk, Plan
 from .budget import MemoryBudget
 from .decoding import Ahead, decode_threads, decoding_pool
 from .groups import Group, GroupReader, finish
+from .scanning import Scans, scannable
 
 __all__ = ["Key", "Reading", "Run"]
 
@@ -76,6 +77,10 @@ class Reading:
         # when the consumer reaches it (a tar group's fetch reads its bytes: fetching the
         # whole budget first would make the first record wait for all of them)
         self.unread: collections.deque[Group] = collections.deque()
+        # local Parquet: pyarrow's scanner decodes the groups, on its own threads
+        self.scans = Scans(reader, fs, reader.columns) if local and scannable(self.fmt) else None
+        if self.scans is not None:
+            self.inline = True  # the consumer plans; nothing is fetched ahead
         if reader.prefetch is not None:
             self.budget = self._prefetch_budget(reader.prefetch)
 
@@ -128,12 +133,19 @@ class Reading:
         try:
             self._start(need, started)
         finally:
-            self.ahead.started(started)
-            for entry in started:
-                if self.inline:
-                    self.unread.append(entry)
-                else:
-                    self.pool.submit(self.reader.fetch, self.fs, entry)
+            self._started(started)
+
+    def _started(self, started: list[Group]) -> None:
+        """The groups `pump` started, handed to what reads them."""
+        if self.scans is not None:
+            self.scans.add(started)
+            return
+        self.ahead.started(started)
+        for entry in started:
+            if self.inline:
+                self.unread.append(entry)
+            else:
+                self.pool.submit(self.reader.fetch, self.fs, entry)
 
     def _start(self, need: Key | None, started: list[Group]) -> None:
         while need is None or need not in self.groups:
@@ -170,6 +182,11 @@ class Reading:
         if key not in self.groups:
             self.pump(need=key)
         entry = self.groups[key]
+        if self.scans is not None:
+            if not entry.future.done():
+                with self.reader.stats.timer("wait_s"):
+                    self.scans.until(entry)
+            return self._checked(entry)
         while self.unread and not entry.claimed:  # inline: fetch in reading order, up to it
             self.reader.fetch(self.fs, self.unread.popleft())
         if not entry.needed:
@@ -179,9 +196,11 @@ class Reading:
                 here, raw = self.ahead.take(entry)
                 if here:  # its bytes wait for a decoding thread: this one is idle anyway
                     self.ahead.decode_here(entry, raw)
-                block = entry.future.result()
-        else:
-            block = entry.future.result()
+        return self._checked(entry)
+
+    def _checked(self, entry: Group) -> tuple[Any, int]:
+        """(`entry`'s decoded block, its first row), checked when first taken."""
+        block = entry.future.result()
         if not entry.checked:  # in reading order: checks that depend on what came before
             entry.checked = True
             self.fmt.check(block, self.reader.index.shards[entry.shard])
@@ -203,7 +222,8 @@ class Reading:
             cut = int(np.sort(seen)[limit])  # the first record of one group too many
         for key, at in zip(keys, seen.tolist()):
             entry = self.groups.get((r, *key))
-            if at >= first and at < cut and (entry is None or not entry.future.done()):
+            ready = entry is not None and (self.scans is not None or entry.future.done())
+            if at >= first and at < cut and not ready:
                 cut = at
         end = lo + (first if cut <= first else first + (cut - first) // step * step)
         if end >= hi:
@@ -250,7 +270,9 @@ class Reading:
         entry = self.groups.pop(key, None)
         if entry is None:
             return
-        if self.inline and entry in self.unread:  # never fetched: nothing to wait for
+        if self.scans is not None:
+            self.scans.drop(entry)
+        elif self.inline and entry in self.unread:  # never fetched: nothing to wait for
             self.unread.remove(entry)
             entry.claimed = True
             finish(entry, None)
@@ -277,6 +299,8 @@ class Reading:
         self.ahead.halted = True
         for key in list(self.groups):
             self.let_go(key)
+        if self.scans is not None:
+            self.scans.close()
         self.pool.shutdown(wait=True)
         if not self.shared:
             self.decoders.shutdown(wait=True)

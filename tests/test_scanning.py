@@ -1,0 +1,111 @@
+"""Local Parquet groups decoded by pyarrow's scanner (loader.read.scanning): the records are
+the files' own, whole; an error names the shard it came from, not one read before it."""
+
+from __future__ import annotations
+
+import itertools
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import pyarrow as pa
+import pyarrow.parquet as pq
+import pytest
+
+from loader import ShardError, ShardIndex, StreamingDataset
+
+
+def _table(first: int, n: int, text: pa.DataType | None = None) -> pa.Table:
+    text = text or pa.string()
+    ids = np.arange(first, first + n, dtype=np.int64)
+    return pa.table(
+        {
+            "id": ids,
+            "text": pa.array([f"r{i}-" + "x" * (i % 13) for i in ids.tolist()], text),
+            "vec": pa.array([[i, i + 1, i + 2] for i in ids.tolist()], pa.list_(pa.int32())),
+        }
+    )
+
+
+def _expected(paths: list[Path]) -> dict[int, dict[str, Any]]:
+    """Every record of the files as pyarrow reads them, by id."""
+    rows = [r for p in paths for r in pq.read_table(p).to_pylist()]
+    return {r["id"]: r for r in rows}
+
+
+def _records(ds: StreamingDataset) -> list[dict[str, Any]]:
+    out = []
+    for r in ds:
+        out.append({k: v.tolist() if hasattr(v, "tolist") else v for k, v in r.items()})
+    return out
+
+
+def test_files_of_other_string_types_and_row_groups_read_whole(tmp_path: Path) -> None:
+    # string and large_string files alternate (pandas 3 and polars write the latter): a scan
+    # holds files of one schema, so the reading crosses several scans
+    paths = []
+    for s in range(6):
+        text = pa.large_string() if s % 2 else pa.string()
+        path = tmp_path / f"part-{s:05d}.parquet"
+        pq.write_table(_table(s * 100, 100, text), path, row_group_size=[17, 30, 50][s % 3])
+        paths.append(path)
+    want = _expected(paths)
+    for shuffle in (False, True):
+        got = _records(StreamingDataset(str(tmp_path), shuffle=shuffle, seed=3))
+        assert sorted(r["id"] for r in got) == sorted(want)
+        assert all(r == want[r["id"]] for r in got)  # every column of the record, whole
+    first = _records(StreamingDataset(str(tmp_path), shuffle=False))
+    assert [r["id"] for r in first] == list(range(600))  # storage order unshuffled
+
+
+def test_empty_row_groups_between_full_ones(tmp_path: Path) -> None:
+    path = tmp_path / "part-00000.parquet"
+    with pq.ParquetWriter(path, _table(0, 1).schema) as w:
+        w.write_table(_table(0, 40))
+        w.write_table(_table(40, 0))
+        w.write_table(_table(40, 40))
+    assert pq.ParquetFile(path).metadata.num_row_groups >= 2
+    want = _expected([path])
+    got = _records(StreamingDataset(str(tmp_path), shuffle=True, seed=1))
+    assert len(got) == 80 and all(r == want[r["id"]] for r in got)
+    batches = list(StreamingDataset(str(tmp_path), shuffle=False, batch_size=16))
+    assert [int(i) for b in batches for i in b["id"]] == list(range(80))
+
+
+@pytest.mark.parametrize("shuffle", [False, True])
+def test_a_damaged_group_is_named_by_its_own_shard(tmp_path: Path, shuffle: bool) -> None:
+    # the scan reads groups ahead: the error of the last shard's group must not be put on
+    # the group the consumer waits for, nor come before the records read ahead of it
+    for s in range(4):
+        pq.write_table(_table(s * 64, 64), tmp_path / f"part-{s:05d}.parquet", row_group_size=16)
+    d = ShardIndex.build(str(tmp_path)).shards[3].details
+    path = tmp_path / "part-00003.parquet"
+    raw = bytearray(path.read_bytes())
+    start, n = d["row_group_offsets"][3], d["row_group_bytes"][3]
+    raw[start : start + n] = b"\x17" * n  # garbage pages, same size: the footer parses
+    path.write_bytes(bytes(raw))
+    ds = StreamingDataset(str(tmp_path), shuffle=shuffle, seed=2)
+    got = []
+    named = r"part-00003.parquet: cannot read row groups \[[0-9, ]*3\]"
+    with pytest.raises(ShardError, match=named):
+        for r in ds:
+            got.append(int(r["id"]))
+    if not shuffle:  # the shards before came whole first (small row groups read as one)
+        assert got == list(range(len(got))) and len(got) >= 3 * 64
+
+
+def test_stopping_midway_then_reading_again(tmp_path: Path) -> None:
+    for s in range(5):
+        pq.write_table(_table(s * 200, 200), tmp_path / f"part-{s:05d}.parquet", row_group_size=25)
+    want = _expected(sorted(tmp_path.glob("*.parquet")))
+    ds = StreamingDataset(
+        str(tmp_path), shuffle=True, seed=5, batch_size=32, memory_budget=64 << 10
+    )
+    head = list(itertools.islice(iter(ds), 3))  # the reading closes with groups in flight
+    assert len(head) == 3
+    ids = [int(i) for b in ds for i in b["id"]]
+    assert sorted(ids) == sorted(want)
+    for b in StreamingDataset(str(tmp_path), shuffle=True, seed=5, batch_size=32):
+        for k, i in enumerate(b["id"].tolist()):
+            assert b["text"][k] == want[i]["text"]
+            assert b["vec"][k].tolist() == want[i]["vec"]
