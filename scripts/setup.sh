@@ -11,3 +11,7 @@ extra=${1:-}
 [ -x .venv/bin/python ] || "$python" -m venv .venv
 .venv/bin/python -m pip install -q --disable-pip-version-check "${TORCH_SPEC:-torch==2.13.0}"
 .venv/bin/python -m pip install -q --disable-pip-version-check -e ".${extra:+[$extra]}"
+# the modules compiled once here: where PYTHONDONTWRITEBYTECODE is set (as on our machines)
+# an editable install would otherwise compile every module in every fresh process (and
+# DataLoader worker): ~0.2 s a start, measured
+.venv/bin/python -m compileall -q loader sampler >/dev/null
