@@ -180,6 +180,9 @@ class Scans:
             batch_readahead=1,
             fragment_readahead=READAHEAD,
             use_threads=True,
+            # local files: reading each column chunk on its own, as the decode asks for it,
+            # costs less CPU than pre-buffering them (measured: 2.0 against 2.2 us a record)
+            fragment_scan_options=pds.ParquetFragmentScanOptions(pre_buffer=False),
         )
         self.batches = iter(scanner.scan_batches())
         self.got, self.rows = [], 0
