@@ -91,23 +91,40 @@ def _local_arrow_fs() -> Any:
     return pafs.LocalFileSystem()
 
 
+class _Scan:
+    """One scan: its batches, and its groups not complete yet, in order, each with what it
+    reads (the format's fetch) and the rows its footer gives it."""
+
+    __slots__ = ("batches", "groups")
+
+    def __init__(self, batches: Iterator[Any], groups: collections.deque[_Item]) -> None:
+        self.batches, self.groups = batches, groups
+
+
+_Item = tuple[Group, Any, int]  # (group, its fetch, its rows by the footer)
+
+
 class Scans:
-    """The groups of one reading that a scan decodes: queued in reading order (`add`),
-    decoded in that order as the consumer waits for them (`until`)."""
+    """The groups of one reading that scans decode: queued in reading order (`add`),
+    decoded in that order as the consumer waits for them (`until`). A scan starts as soon
+    as groups are queued and fewer than READAHEAD wait undecoded in the scans under way,
+    so the next scan decodes while the consumer takes the end of the last (a mixture's
+    small stream gets its groups one at a time: each waits decoded, not started)."""
 
     def __init__(self, reader: GroupReader, fs: Any, columns: list[str] | None) -> None:
         self.reader, self.fs, self.columns = reader, fs, columns
         self.queue: collections.deque[Group] = collections.deque()  # not in a scan yet
-        # the current scan's groups not complete yet, in order, with what they read
-        self.scanning: collections.deque[tuple[Group, Any, int]] = collections.deque()
-        self.batches: Iterator[Any] | None = None
-        self.got: list[Any] = []  # the batches of the first group of `scanning` so far
+        self.scans: collections.deque[_Scan] = collections.deque()  # under way, in order
+        self.left: collections.deque[_Item] = collections.deque()  # after a failed scan
+        self.got: list[Any] = []  # the batches of the first scan's first group so far
         self.rows = 0  # their rows
-        self.broken = False  # a scan raised: every group left is read by the format
+        self.broken = False  # a scan failed: every group left is read by the format
 
     def add(self, entries: list[Group]) -> None:
-        """Groups started, in reading order: decoded by a later scan."""
+        """Groups started, in reading order: a scan starts on them if the scans under way
+        are near their end."""
         self.queue.extend(entries)
+        self._top_up()
 
     def drop(self, entry: Group) -> None:
         """`entry` is let go: if no scan has it yet, its reading ends now (unread); a scan's
@@ -119,42 +136,47 @@ class Scans:
     def until(self, entry: Group) -> None:
         """Decode groups in reading order until `entry`'s reading is over."""
         while not entry.future.done():
-            if not self.scanning:
-                self._start()
-                continue
             if self.broken:
                 self._one_by_one()
-            else:
+            elif self.scans:
                 self._next_batch()
+            elif self.queue:
+                self._start()
+            else:
+                raise RuntimeError("a group waited for is in no scan")  # never: `add` first
 
     def close(self) -> None:
         """Stop: the groups not decoded end unread (their budget is refunded by their
         owner's callbacks)."""
-        self.batches = None
-        for entry, _, _ in self.scanning:
+        items = [i for scan in self.scans for i in scan.groups] + list(self.left)
+        for entry in [e for e, _, _ in items] + list(self.queue):
             if not entry.future.done():
                 finish(entry, None)
-        for entry in self.queue:
-            finish(entry, None)
-        self.scanning.clear()
+        self.scans.clear()
+        self.left.clear()
         self.queue.clear()
+
+    def _top_up(self) -> None:
+        """Start a scan of the queued groups if fewer than READAHEAD groups wait in the
+        scans under way."""
+        if self.broken or not self.queue:
+            return
+        if sum(len(scan.groups) for scan in self.scans) <= READAHEAD:
+            self._start()
 
     def _start(self) -> None:
         """A scan of the queued groups (up to the first whose file has another schema):
         each group's row groups are found from the index and footer first (`fetch`: a
-        failure there is that group's error)."""
-        reader = self.reader
-        fmt: Any = reader.fmt  # Parquet's
+        failure there is that group's error, when the consumer reaches it)."""
+        items: collections.deque[_Item] = collections.deque()
         frags: list[Any] = []
         schema: pa.Schema | None = None
         while self.queue:
             entry = self.queue[0]
-            shard = reader.index.shards[entry.shard]
             try:
-                with active(reader.stats):
-                    got = fmt.fetch(self.fs, shard, entry.first, entry.stop, self.columns)
-                    frag, file_schema = fragment(self.fs, got)
-            except BaseException as e:
+                got = self._fetch(entry)
+                frag, file_schema = fragment(self.fs, got)
+            except Exception as e:
                 if frags:  # the scan so far first; this group's error when reached
                     break
                 self.queue.popleft()
@@ -164,18 +186,15 @@ class Scans:
                 break  # one scan, one file schema (the format casts what differs)
             schema = file_schema
             self.queue.popleft()
-            rows = got.shard.details["row_group_rows"]
-            self.scanning.append((entry, got, int(sum(rows[g] for g in got.groups))))
+            items.append((entry, got, _footer_rows(got)))
             frags.append(frag)
         if not frags:
-            return
-        if self.broken:
             return
         import pyarrow.dataset as pds
 
         dataset = pds.FileSystemDataset(frags, schema, pds.ParquetFileFormat(), frags[0].filesystem)
         scanner = dataset.scanner(
-            columns=self.scanning[-1][1].cols,  # the asked columns stored in the files
+            columns=items[-1][1].cols,  # the asked columns stored in the files
             batch_size=1 << 30,  # a row group is one batch
             batch_readahead=1,
             fragment_readahead=READAHEAD,
@@ -184,17 +203,25 @@ class Scans:
             # costs less CPU than pre-buffering them (measured: 2.0 against 2.2 us a record)
             fragment_scan_options=pds.ParquetFragmentScanOptions(pre_buffer=False),
         )
-        self.batches = iter(scanner.scan_batches())
-        self.got, self.rows = [], 0
+        self.scans.append(_Scan(iter(scanner.scan_batches()), items))
         self._complete_empty()
 
+    def _fetch(self, entry: Group) -> Any:
+        """What a read of `entry` reads (its shard's row groups, from the index and footer)."""
+        reader = self.reader
+        fmt: Any = reader.fmt  # Parquet's
+        with active(reader.stats):
+            return fmt.fetch(
+                self.fs, reader.index.shards[entry.shard], entry.first, entry.stop, self.columns
+            )
+
     def _next_batch(self) -> None:
-        """One batch of the scan, added to the first group's; that group decoded when its
-        rows are all there."""
-        entry, got, expected = self.scanning[0]
-        assert self.batches is not None
+        """One batch of the first scan, added to its first group's; that group decoded when
+        its rows are all there."""
+        scan = self.scans[0]
+        entry, got, expected = scan.groups[0]
         try:
-            tagged = next(self.batches, None)
+            tagged = next(scan.batches, None)
         except Exception:  # which group failed is found by reading them one by one
             self._break()
             return
@@ -211,13 +238,16 @@ class Scans:
         self.got.append(batch)
         self.rows += batch.num_rows
         if self.rows == expected:
-            self._decoded(entry, got, pa.Table.from_batches(self.got, schema=batch.schema))
+            self._decoded(pa.Table.from_batches(self.got, schema=batch.schema))
 
-    def _decoded(self, entry: Group, got: Any, table: pa.Table | None) -> None:
-        """The first scanning group's rows are all read: decode it (checked, shaped) and
-        move to the next group."""
-        self.scanning.popleft()
+    def _decoded(self, table: pa.Table) -> None:
+        """The first scan's first group's rows are all read: decode it (checked, shaped),
+        and move on to the next group (and scan)."""
+        scan = self.scans[0]
+        entry, got, _ = scan.groups.popleft()
         self.got, self.rows = [], 0
+        if not scan.groups:
+            self.scans.popleft()
         if entry.dropped:
             finish(entry, None)
         else:
@@ -228,37 +258,47 @@ class Scans:
                 error = e
             finish(entry, block, error)
         self._complete_empty()
+        self._top_up()
 
     def _complete_empty(self) -> None:
         """Groups of no rows yield no batch: decoded at once when first in line."""
-        while self.scanning and self.scanning[0][2] == 0 and not self.broken:
-            entry, got, _ = self.scanning[0]
+        while self.scans and self.scans[0].groups[0][2] == 0:
+            got = self.scans[0].groups[0][1]
             schema = got.meta.schema.to_arrow_schema()
             cols = schema.names if got.cols is None else got.cols
-            self._decoded(entry, got, schema.empty_table().select(cols))
+            self._decoded(schema.empty_table().select(cols))
 
     def _wrong(self, entry: Group, got: Any, expected: int, rows: int, what: str) -> None:
         """The scan gave the first group other rows than its footer says."""
-        self.batches = None
-        self.broken = True
         url = redact(got.shard.url)
         error = ShardError(
             f"{url}: row groups {list(got.groups)} decode to {rows} rows ({what}), "
             f"the footer says {expected}: a damaged file"
         )
-        self.scanning.popleft()
-        self.got, self.rows = [], 0
+        self.scans[0].groups.popleft()
+        self._break()
         finish(entry, None, error)
 
     def _break(self) -> None:
-        """The scan raised: read the groups left one by one (errors named exactly)."""
-        self.batches = None
+        """A scan failed: the groups left are read one by one (errors named exactly)."""
         self.broken = True
+        self.left.extend(i for scan in self.scans for i in scan.groups)
+        self.scans.clear()
         self.got, self.rows = [], 0
 
     def _one_by_one(self) -> None:
-        """(After a scan failed) decode the first scanning group by the format itself."""
-        entry, got, _ = self.scanning.popleft()
+        """(After a scan failed) decode the next group by the format itself."""
+        if self.left:
+            entry, got, _ = self.left.popleft()
+        elif self.queue:
+            entry = self.queue.popleft()
+            try:
+                got = self._fetch(entry)
+            except Exception as e:
+                finish(entry, None, e)
+                return
+        else:
+            raise RuntimeError("a group waited for is in no scan")  # never: `add` first
         if entry.dropped:
             finish(entry, None)
             return
@@ -268,3 +308,9 @@ class Scans:
         except BaseException as e:
             error = e
         finish(entry, block, error)
+
+
+def _footer_rows(got: Any) -> int:
+    """Rows of the row groups a read reads, by the footer."""
+    rows = got.shard.details["row_group_rows"]
+    return int(sum(rows[g] for g in got.groups))
