@@ -12,8 +12,8 @@ GIL back after every call).
 What the scan yields is checked and shaped by the format as its own reads are
 (`ParquetFormat.decode` with the table: row counts against the footer, the file's version,
 casts, partition columns, kinds). Each batch is tagged with its fragment: a batch of
-another file or row group than the group expected, or a count other than the footer's,
-is a ShardError naming the shard. When a scan raises, the error may belong to a group the
+other row groups than the group expected, or a count other than the footer's, is a
+ShardError naming the shard. When a scan raises, the error may belong to a group the
 scan read ahead, so the groups left are read one by one by the format itself from then
 on: each error then names its own shard and row groups.
 """
@@ -36,7 +36,7 @@ from ..stats import active
 from ..storage.filesystems import check_version
 from .groups import Group, GroupReader, finish
 
-__all__ = ["READAHEAD", "Scans", "scannable"]
+__all__ = ["READAHEAD", "Scans", "fragment", "scannable"]
 
 READAHEAD = 2  # groups a scan decodes ahead of the one the consumer waits for (with the
 # one being decoded: 2 cores busy; more held decoded groups and read no faster)
