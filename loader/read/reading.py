@@ -78,7 +78,7 @@ class Reading:
         # whole budget first would make the first record wait for all of them)
         self.unread: collections.deque[Group] = collections.deque()
         # local Parquet: pyarrow's scanner decodes the groups, on its own threads
-        self.scans = Scans(reader, fs, reader.columns) if local and scannable(self.fmt) else None
+        self.scans = Scans(reader, fs) if local and scannable(self.fmt) else None
         if self.scans is not None:
             self.inline = True  # the consumer plans; nothing is fetched ahead
         if reader.prefetch is not None:

@@ -111,8 +111,8 @@ class Scans:
     so the next scan decodes while the consumer takes the end of the last (a mixture's
     small stream gets its groups one at a time: each waits decoded, not started)."""
 
-    def __init__(self, reader: GroupReader, fs: Any, columns: list[str] | None) -> None:
-        self.reader, self.fs, self.columns = reader, fs, columns
+    def __init__(self, reader: GroupReader, fs: Any) -> None:
+        self.reader, self.fs = reader, fs
         self.queue: collections.deque[Group] = collections.deque()  # not in a scan yet
         self.scans: collections.deque[_Scan] = collections.deque()  # under way, in order
         self.left: collections.deque[_Item] = collections.deque()  # after a failed scan
@@ -213,7 +213,7 @@ class Scans:
         fmt: Any = reader.fmt  # Parquet's
         with active(reader.stats):
             return fmt.fetch(
-                self.fs, reader.index.shards[entry.shard], entry.first, entry.stop, self.columns
+                self.fs, reader.index.shards[entry.shard], entry.first, entry.stop, reader.columns
             )
 
     def _next_batch(self) -> None:
@@ -249,15 +249,7 @@ class Scans:
         self.got, self.rows = [], 0
         if not scan.groups:
             self.scans.popleft()
-        if entry.dropped:
-            finish(entry, None)
-        else:
-            block, error = None, None
-            try:
-                block = self.reader.decode(self.fs, entry, got, table)
-            except BaseException as e:
-                error = e
-            finish(entry, block, error)
+        self._finish(entry, got, table)
         self._complete_empty()
         self._top_up()
 
@@ -300,12 +292,17 @@ class Scans:
                 return
         else:
             raise RuntimeError("a group waited for is in no scan")  # never: `add` first
+        self._finish(entry, got, None)
+
+    def _finish(self, entry: Group, got: Any, table: pa.Table | None) -> None:
+        """End `entry`'s reading: its block (decoded by the format from `table`, the scan's
+        rows, or, None, read by the format itself), its error, or nothing if let go."""
         if entry.dropped:
             finish(entry, None)
             return
         block, error = None, None
         try:
-            block = self.reader.decode(self.fs, entry, got)
+            block = self.reader.decode(self.fs, entry, got, table)
         except BaseException as e:
             error = e
         finish(entry, block, error)
