@@ -9,6 +9,7 @@ above them all, but for the leaves `errors`, `stats` and `shard`):
 - `formats/`  shard formats: Parquet footers and row groups, tar, Arrow IPC, schemas
 - `index/`    which shards and records a source has: listing, scanning, the table
 - `read/`     a rank's plan fetched and decoded ahead within a memory budget
+- `tokens/`   packing tokenized documents into fixed-length blocks (`Pack`)
 - top: `dataset` (StreamingDataset), `mixture` (MixtureDataset) on `base`; `options`,
   `streams`, `state` (resume), `epoch`, `cursor`, `stats`, `errors`, `shard`
 
@@ -33,12 +34,14 @@ if TYPE_CHECKING:
     from .shard import Shard
     from .storage.retry import RetryPolicy
     from .streams import Stream
+    from .tokens.pack import Pack
 
 __shardstream__ = True  # the shardstream package checks that `loader` is this one
 
 _WHERE = {
     "Batch": ".columns.batching",
     "MixtureDataset": ".mixture",
+    "Pack": ".tokens.pack",
     "RetryPolicy": ".storage.retry",
     "Shard": ".shard",
     "ShardIndex": ".index.shard_index",
@@ -49,6 +52,7 @@ _WHERE = {
 __all__ = [
     "Batch",
     "MixtureDataset",
+    "Pack",
     "RetryPolicy",
     "Shard",
     "ShardError",

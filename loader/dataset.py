@@ -15,7 +15,7 @@ from sampler.resume import cut_segments
 from .base import RECORD_STEP, DatasetBase, init_signature
 from .cache.locality import NodeOptions
 from .columns.batching import regroup
-from .columns.kinds import kinds_of
+from .columns.kinds import Kind, kinds_of
 from .formats import Format
 from .formats.tar import check_tar_columns
 from .formats.tar_decode import DecodeSpec
@@ -31,6 +31,9 @@ from .state import Layout
 from .storage.filesystems import UrlOrPath
 from .storage.retry import RetryPolicy
 from .streams import Stream, is_mixture
+from .tokens.pack import Pack, check_token_column
+from .tokens.packer import items
+from .tokens.packing import Packing
 
 __all__ = ["StreamingDataset"]
 
@@ -99,6 +102,19 @@ class StreamingDataset(DatasetBase):
     Resume: `state_dict`, `consumed_state`, `load_state_dict` (see loader.state), also in
     another number of ranks or workers.
 
+    Pretraining on tokens: ``pack=Pack("input_ids", length=2049, eos=2)`` (loader.tokens)
+    yields fixed-length blocks of the documents of that column (a list of integer token
+    ids a row) laid end to end in the epoch's order instead of records: dicts of int64
+    tensors of `length` (the column, ``position_ids``, ``document_ids``), or batches of
+    them with `batch_size`. Every rank makes ``(T // length) // num_replicas`` blocks an
+    epoch (T: the epoch's tokens, separators included), `len` says so before reading, no
+    token is in two blocks of an epoch, and `stats()["pack"]` counts what no block holds.
+    The documents' token counts come from the index (``ds.index.save`` keeps them), or
+    are read once from the shards' token column. Resume, elastic resume, DataLoader
+    workers and `transform` (on blocks or batches) work as for records; `drop_last` does
+    not apply (counts are equal anyway); `columns`, `pad`, `fill_nulls` and `locality`
+    are refused, and so are tar shards and mixtures.
+
     Several epochs from remote storage: `cache_dir` (a local folder the ranks of a node
     share) keeps the remote bytes read, so a later epoch reads them from disk;
     `cache_limit` (bytes, or "50GB") bounds it, evicting by the plan's next use
@@ -123,6 +139,11 @@ class StreamingDataset(DatasetBase):
         issubclass hold) without being a subclass, so Python does not run
         StreamingDataset.__init__ on it after this returns; both build on DatasetBase."""
         if cls is StreamingDataset and is_mixture(source):
+            if kwargs.get("pack") is not None:
+                raise ValueError(
+                    "pack= with a mixture (a list of Stream) is not supported yet: pack one "
+                    "source, or mix by documents without pack"
+                )
             mixture: Any = MixtureDataset(source, *args, **kwargs)
             return mixture  # type: ignore[no-any-return]
         return super().__new__(cls)
@@ -155,6 +176,7 @@ class StreamingDataset(DatasetBase):
         cache_limit: int | str | None = None,
         locality: str | None = None,
         local_world_size: IntLike | None = None,
+        pack: Pack | None = None,
     ) -> None:
         super().__init__()
         if epoch_size is not None:
@@ -180,7 +202,14 @@ class StreamingDataset(DatasetBase):
             cache_dir, cache_limit, locality, local_world_size, topo.world_size
         )
         self.storage_options = dict(storage_options or {})
+        if pack is not None:
+            self.columns = _pack_options(pack, self.columns, fill_nulls, pad, locality)
         self.index = shared_index(source, self.storage_options, self.retry)
+        if pack is not None and self.index.format == "tar":
+            raise ValueError(
+                "pack= reads a token column of Parquet or Arrow IPC shards; these are tar "
+                "shards (README: 'Pretraining on tokens' writes such a column)"
+            )
         # Parquet: the asked columns as every shard gives them (errors name the shard)
         self.schema = (
             None if self.index.format == "tar" else self.index.columns_schema(self.columns)
@@ -189,9 +218,12 @@ class StreamingDataset(DatasetBase):
             check_tar_columns(self.index.shards, self.columns)
         self.kinds = (
             kinds_of(self.schema, fill_nulls, pad)
-            if self.schema is not None and self.batch_size is not None
+            if self.schema is not None and self.batch_size is not None and pack is None
             else None
         )
+        if pack is not None and self.schema is not None:
+            check_token_column(self.schema, pack)
+            self.kinds = {pack.column: Kind(False)}  # handed to the packer as Arrow lists
         # where each shard's read groups lie: the reading order shuffles group by group
         self.groups = ShardGroups(self.index.shards, self._format().groups)
         self.sampler = ShardSampler(
@@ -205,9 +237,22 @@ class StreamingDataset(DatasetBase):
             self.groups,
             self.node.node_size,
         )
+        self.packing = (
+            None
+            if pack is None
+            else Packing(pack, self.index, self._format(), self.storage_options, topo.world_size)
+        )
         self._start_epochs()
 
     def _layout(self, num_workers: int) -> Layout:
+        if self.packing is not None:  # items count blocks of the epoch's token line
+            return Layout(
+                self.sampler.num_replicas,
+                num_workers,
+                self.batch_size or 0,
+                self.packing.blocks,
+                True,
+            )
         return Layout(
             self.sampler.num_replicas,
             num_workers,
@@ -243,6 +288,18 @@ class StreamingDataset(DatasetBase):
             stats=stats,
             cache=self.node.cache(self.sampler, self._name_of, worker, workers),
         )
+        if self.packing is not None:
+            runs_of_blocks = self.packing.runs(
+                self.sampler,
+                self.epoch,
+                cut_segments(segments, start, records),
+                root.length,
+                root.num_workers,
+                root.item,
+            )
+            blocks = self.packing.blocks_of(reader, runs_of_blocks)
+            packed = items(blocks, self.packing.pack.column, self.batch_size)
+            return self._hand_out(packed, stats, info is not None, worker)
         runs = [
             (self._plan(root, rank, worker), a, b)
             for rank, worker, a, b in cut_segments(segments, start, records)
@@ -256,6 +313,14 @@ class StreamingDataset(DatasetBase):
             batches = regroup((fmt.batch(part) for part in taken), self.batch_size, self.pad)
             deliveries = ([b] for b in batches)
         return self._hand_out(deliveries, stats, info is not None, worker)
+
+    def stats(self) -> dict[str, Any]:
+        """As DatasetBase.stats; with `pack`, also ``"pack"``: the epoch's tokens and
+        documents, blocks each rank makes, and tokens_dropped (in no rank's block)."""
+        totals = super().stats()
+        if self.packing is not None:
+            totals["pack"] = self.packing.summary(self.sampler.num_replicas)
+        return totals
 
     def _warn_amplified(self, plan: Plan, workers: int) -> None:
         """One WARNING when a reader fetches much more than its records' bytes
@@ -284,6 +349,32 @@ class StreamingDataset(DatasetBase):
         )
         sampler.set_epoch(self.epoch)
         return sampler.plan(worker, max(1, root.num_workers), align=root.item)
+
+
+def _pack_options(
+    pack: Pack,
+    columns: list[str] | None,
+    fill_nulls: Mapping[str, Any] | None,
+    pad: Mapping[str, Any] | None,
+    locality: str | None,
+) -> list[str]:
+    """The columns a packing dataset reads (its token column), after refusing the options
+    packing has no use for (ValueError naming them)."""
+    if not isinstance(pack, Pack):
+        raise TypeError(f"pack must be a loader.Pack, got {type(pack).__name__}")
+    if columns is not None and columns != [pack.column]:
+        raise ValueError(
+            f"pack= reads only its token column {pack.column!r}; columns={columns} "
+            "asks for others (leave columns out)"
+        )
+    unused = [name for name, v in (("fill_nulls", fill_nulls), ("pad", pad)) if v]
+    if unused:
+        raise ValueError(
+            f"{' and '.join(unused)} do not apply with pack= (blocks are never padded)"
+        )
+    if locality is not None:
+        raise ValueError("pack= reads the epoch's token line, which locality='node' does not keep")
+    return [pack.column]
 
 
 StreamingDataset.register(MixtureDataset)  # isinstance(a mixture, StreamingDataset) holds

@@ -44,6 +44,7 @@ _ours("loader")
 from loader import (  # noqa: E402  (after the shadowing check)
     Batch,
     MixtureDataset,
+    Pack,
     RetryPolicy,
     Shard,
     ShardError,
@@ -66,6 +67,7 @@ __all__ = [
     "DistributedSampler",
     "MixtureDataset",
     "MixtureSampler",
+    "Pack",
     "RangeIgnoredError",
     "RetryPolicy",
     "Shard",

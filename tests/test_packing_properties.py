@@ -1,0 +1,163 @@
+"""Packing's invariants, property-tested (hypothesis) over document lengths, block lengths,
+separators, ranks, workers, seeds, epochs, windows and read groups, without files: the
+epoch's token line (sampler.packing) read through the packer (loader.tokens.packer), each
+run's documents handed over as Arrow lists a few at a time, as the reader hands them.
+
+The reference is brute force: every document of the epoch in the order of the whole
+epoch's plan, laid end to end with its separators, cut every `length` tokens.
+"""
+
+from __future__ import annotations
+
+import itertools
+from typing import Any
+
+import numpy as np
+import pyarrow as pa
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from loader.tokens.pack import Pack
+from loader.tokens.packer import pack_run
+from sampler.epoch import worker_span
+from sampler.packing import PackLine, blocks_per_rank, dropped
+from sampler.planning import span_plan
+
+STRIDE = 1000  # token = STRIDE * document + place: every token names its place
+
+
+@st.composite
+def cases(draw: Any) -> dict[str, Any]:
+    sizes = draw(st.lists(st.integers(0, 12), min_size=1, max_size=7))
+    n = sum(sizes)
+    lengths = draw(st.lists(st.integers(0, 30), min_size=n, max_size=n))
+    grouped = draw(st.booleans())
+    groups = None
+    if grouped:
+        groups = []
+        for m in sizes:
+            cuts = sorted(draw(st.sets(st.integers(1, max(1, m - 1)), max_size=3))) if m > 1 else []
+            bounds = [0, *[c for c in cuts if c < m], m] if m else []
+            groups.append([b - a for a, b in itertools.pairwise(bounds)])
+    return {
+        "sizes": np.array(sizes, dtype=np.int64),
+        "lengths": np.array(lengths, dtype=np.int64),
+        "groups": groups,
+        "pack": Pack(
+            "t",
+            draw(st.integers(1, 25)),
+            eos=draw(st.sampled_from([None, -1])),
+            bos=draw(st.sampled_from([None, -2])),
+        ),
+        "seed": draw(st.integers(0, 2**31)),
+        "epoch": draw(st.integers(0, 5)),
+        "shuffle": draw(st.booleans()),
+        "window": draw(st.integers(1, 4)),
+        "replicas": draw(st.integers(1, 5)),
+        "workers": draw(st.integers(1, 3)),
+        "part": draw(st.integers(1, 6)),
+    }
+
+
+def line_of(case: dict[str, Any]) -> PackLine:
+    pack = case["pack"]
+    return PackLine(
+        case["sizes"],
+        pack.places(case["lengths"]),
+        seed=case["seed"],
+        epoch=case["epoch"],
+        shuffle=case["shuffle"],
+        window=case["window"],
+        groups=case["groups"],
+    )
+
+
+def docs_of(case: dict[str, Any]) -> list[list[int]]:
+    return [[STRIDE * d + j for j in range(int(n))] for d, n in enumerate(case["lengths"])]
+
+
+def read(case: dict[str, Any], line: PackLine, g0: int, g1: int) -> list[tuple[int, ...]]:
+    """Blocks [g0, g1) as the dataset makes them: the run's documents in parts."""
+    pack = case["pack"]
+    run = line.run(g0, g1, pack.length)
+    if run is None:
+        return []
+    docs = docs_of(case)
+    offsets = np.cumsum(case["sizes"]) - case["sizes"]
+    ids = [int(i) for c in run.plan.chunks(run.start, run.stop) for i in offsets[c.shards] + c.rows]
+    k = case["part"]
+    parts = (
+        {"t": pa.array([docs[i] for i in ids[a : a + k]], pa.list_(pa.int64()))}
+        for a in range(0, len(ids), k)
+    )
+    out = []
+    for tokens, positions, _ in pack_run(parts, pack, run, "test"):
+        for row, pos in zip(tokens.tolist(), positions.tolist()):
+            out.append(tuple(row))
+            for t, p in zip(row, pos):  # each token at its place in its document
+                if t >= 0:
+                    assert p == t % STRIDE + int(pack.bos is not None)
+    return out
+
+
+def reference(case: dict[str, Any], line: PackLine) -> list[tuple[int, ...]]:
+    """The whole epoch's blocks, brute force."""
+    pack = case["pack"]
+    n = int(case["sizes"].sum())
+    plan = span_plan(
+        line.line,
+        0,
+        n,
+        seed=case["seed"],
+        epoch=case["epoch"],
+        shuffle=case["shuffle"],
+        window=line.window,
+        groups=case["groups"],
+    )
+    offsets = np.cumsum(case["sizes"]) - case["sizes"]
+    docs = docs_of(case)
+    stream: list[int] = []
+    for c in plan.chunks():
+        for i in offsets[c.shards] + c.rows:
+            doc = docs[int(i)]
+            if doc:
+                stream += [pack.bos] * (pack.bos is not None) + doc
+                stream += [pack.eos] * (pack.eos is not None)
+    size = pack.length
+    return [tuple(stream[a : a + size]) for a in range(0, len(stream) - size + 1, size)]
+
+
+@settings(max_examples=250, deadline=None)
+@given(cases())
+def test_ranks_and_workers_read_the_epochs_blocks_once(case: dict[str, Any]) -> None:
+    line = line_of(case)
+    pack = case["pack"]
+    whole = reference(case, line)
+    assert len(whole) == line.total // pack.length
+    replicas, workers = case["replicas"], case["workers"]
+    n = blocks_per_rank(line.total, pack.length, replicas)
+    assert dropped(line.total, pack.length, replicas) < pack.length * (replicas + 1)
+    read_all = []
+    for rank in range(replicas):
+        mine = []
+        for w in range(workers):
+            lo, hi = worker_span(rank, n, w, workers)
+            mine += read(case, line, lo, hi)
+        assert len(mine) == n  # equal counts, known before reading
+        read_all += mine
+    assert read_all == whole[: replicas * n]
+    tokens = [t for b in read_all for t in b if t >= 0]
+    assert len(tokens) == len(set(tokens))  # no token twice an epoch
+
+
+@settings(max_examples=150, deadline=None)
+@given(cases(), st.data())
+def test_a_run_from_any_block_is_the_rest(case: dict[str, Any], data: Any) -> None:
+    """Resume: blocks [g, B) read on their own are the epoch's blocks from g on."""
+    line = line_of(case)
+    whole = reference(case, line)
+    if not whole:
+        return
+    g = data.draw(st.integers(0, len(whole) - 1))
+    end = data.draw(st.integers(g, len(whole)))
+    assert read(case, line, g, end) == whole[g:end]
