@@ -274,6 +274,8 @@ class StreamingDataset(DatasetBase):
         records = sum(b - a for *_, a, b in segments)
         start = min(records, skip * layout.item)
         fmt = self._format()
+        if self.packing is not None:
+            fmt = self.packing.token_format(fmt)
         root = layout.root(layout.base_of(self._resume, self.epoch))
         stats = self._stats.mine(0 if info is None else 1 + worker)
         reader = PlanReader(

@@ -143,6 +143,10 @@ class PackLine:
         if not 0 <= at < self.total:
             raise ValueError(f"place {place} is outside the epoch's {self.total} places")
         k = int(np.searchsorted(self.block_places, at, side="right")) - 1
+        if not last and place == self.block_places[k]:
+            # a block's first place: its first document (or an empty one before it, which
+            # packs to nothing), found without ordering the block's documents
+            return k, int(self.block_docs[k]), 0
         tokens = self._block_tokens(k)
         ends = np.cumsum(tokens) + self.block_places[k]
         i = int(np.searchsorted(ends, at, side="right"))

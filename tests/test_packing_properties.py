@@ -13,12 +13,12 @@ import itertools
 from typing import Any
 
 import numpy as np
-import pyarrow as pa
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from loader.tokens.pack import Pack
 from loader.tokens.packer import pack_run
+from loader.tokens.rows import TokenRows
 from sampler.epoch import worker_span
 from sampler.packing import PackLine, blocks_per_rank, dropped
 from sampler.planning import span_plan
@@ -87,7 +87,10 @@ def read(case: dict[str, Any], line: PackLine, g0: int, g1: int) -> list[tuple[i
     ids = [int(i) for c in run.plan.chunks(run.start, run.stop) for i in offsets[c.shards] + c.rows]
     k = case["part"]
     parts = (
-        {"t": pa.array([docs[i] for i in ids[a : a + k]], pa.list_(pa.int64()))}
+        TokenRows(
+            np.array([t for i in ids[a : a + k] for t in docs[i]], dtype=np.int64),
+            np.array([len(docs[i]) for i in ids[a : a + k]], dtype=np.int64),
+        )
         for a in range(0, len(ids), k)
     )
     out = []
@@ -161,3 +164,32 @@ def test_a_run_from_any_block_is_the_rest(case: dict[str, Any], data: Any) -> No
     g = data.draw(st.integers(0, len(whole) - 1))
     end = data.draw(st.integers(g, len(whole)))
     assert read(case, line, g, end) == whole[g:end]
+
+
+@settings(max_examples=150, deadline=None)
+@given(
+    st.lists(
+        st.lists(st.one_of(st.none(), st.lists(st.integers(0, 99), max_size=150)), max_size=9),
+        min_size=1,
+        max_size=4,
+    ),
+    st.data(),
+)
+def test_gathered_documents_are_what_arrow_takes(groups: list[Any], data: Any) -> None:
+    """A part's documents gathered from several read groups (loader.tokens.rows) are the
+    rows Arrow's take gives, short documents (a fancy index) and long ones (a copy each)
+    alike; null rows are empty documents."""
+    import pyarrow as pa
+
+    from loader.tokens.rows import TokenBlock, gather_rows
+
+    tables = [pa.table({"t": pa.array(g, pa.list_(pa.int32()))}) for g in groups]
+    blocks = [TokenBlock([t], "t") for t in tables]
+    picks = [(b, r) for b, g in enumerate(groups) for r in range(len(g))]
+    order = data.draw(st.permutations(picks))
+    which = np.array([b for b, _ in order], dtype=np.int64)
+    rows = np.array([r for _, r in order], dtype=np.int64)
+    got = gather_rows(blocks, which, rows)
+    want = [groups[b][r] or [] for b, r in order]
+    assert got.lengths.tolist() == [len(w) for w in want]
+    assert got.values.tolist() == [t for w in want for t in w]

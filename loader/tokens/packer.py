@@ -1,8 +1,8 @@
 """Documents to blocks: a run's documents laid end to end with separators, cut every
 `length` tokens, with each token's place in its document and its document's number.
 
-numpy does the work a part (~1,024 documents) at a time: one flatten of the Arrow list
-column, one scatter of the values between the separators, one cut into rows; what is left
+numpy does the work a part (256 documents, loader.tokens.rows) at a time: one
+scatter of the values between the separators, one cut into rows; what is left
 over (less than a block) waits for the next part. Nothing is kept across runs or epochs:
 a run starts at a block boundary, located in the index's token counts (sampler.packing).
 """
@@ -14,14 +14,15 @@ from typing import Any
 
 import numpy as np
 import numpy.typing as npt
-import pyarrow as pa
-import pyarrow.compute as pc
 import torch
+from torch.utils.data import get_worker_info
 
 from sampler.packing import PackRun
 
 from ..errors import ShardError, StaleIndexError
+from ..formats.parquet_fetch import packed
 from .pack import Pack
+from .rows import TokenRows
 
 __all__ = ["DOCUMENTS", "POSITIONS", "Blocks", "items", "lay_out", "pack_run"]
 
@@ -32,81 +33,81 @@ I64 = npt.NDArray[np.int64]
 Blocks = tuple[I64, I64, I64]
 
 
-def lay_out(docs: pa.Array | pa.ChunkedArray, pack: Pack) -> tuple[I64, I64, I64]:
+def lay_out(
+    docs: TokenRows, pack: Pack, head: tuple[I64, I64, I64] | None = None
+) -> tuple[I64, I64, I64]:
     """(tokens, positions, document) of every place of `docs` laid end to end: `bos`,
-    the tokens, `eos` for each non-empty document; `document` numbers the documents of
-    `docs` from 0. ShardError for a null token inside a document."""
-    if isinstance(docs, pa.ChunkedArray):
-        docs = docs.combine_chunks() if docs.num_chunks != 1 else docs.chunk(0)
-    lengths = np.asarray(pc.fill_null(pc.list_value_length(docs), 0).to_numpy(), np.int64)
-    values = docs.flatten()
-    if values.null_count:
-        raise ShardError(f"Pack column {pack.column!r} holds {values.null_count} null token(s)")
-    vals = np.asarray(values.to_numpy(zero_copy_only=False))
+    the tokens, `eos` for each non-empty document, after the places of `head` (what an
+    earlier part left over: written into the same fresh arrays, not joined after).
+    `document` numbers the non-empty documents from the one after head's last (from 0
+    without a head). ShardError for a null token inside a document."""
+    if docs.null_tokens:
+        raise ShardError(f"Pack column {pack.column!r} holds {docs.null_tokens} null token(s)")
+    lengths, vals = docs.lengths, docs.values
     places = pack.places(lengths)
+    h = 0 if head is None else head[0].size
+    n = h + int(places.sum())
+    tokens, positions, document = (np.empty(n, dtype=np.int64) for _ in range(3))
+    first = 0
+    if head is not None:
+        tokens[:h], positions[:h], document[:h] = head
+        first = int(head[2][-1]) + 1 if h else 0
     ends = np.cumsum(places)
     starts = ends - places
+    body = tokens[h:]
     if pack.separators == 0:
-        tokens = vals.astype(np.int64)
+        body[:] = vals
     else:
-        tokens = np.empty(int(ends[-1]) if ends.size else 0, dtype=np.int64)
         full = lengths > 0
-        first = int(pack.bos is not None)
+        separators = []
         if pack.bos is not None:
-            tokens[starts[full]] = pack.bos
+            separators.append(starts[full])
+            body[starts[full]] = pack.bos
         if pack.eos is not None:
-            tokens[ends[full] - 1] = pack.eos
-        # each value's place: its index plus what comes before it that is not a value
-        shift = np.repeat(starts + first - (np.cumsum(lengths) - lengths), lengths)
-        tokens[np.arange(vals.size) + shift] = vals
-    which = np.repeat(np.arange(lengths.size, dtype=np.int64), places)  # each place's row
-    positions = np.arange(tokens.size, dtype=np.int64) - starts[which]
-    # documents numbered from 0, the empty ones (no places) left out
-    document = (np.cumsum(places > 0) - 1)[which]
+            separators.append(ends[full] - 1)
+            body[ends[full] - 1] = pack.eos
+        is_value = np.ones(body.size, dtype=bool)
+        for at in separators:
+            is_value[at] = False
+        body[is_value] = vals
+    np.subtract(np.arange(n - h, dtype=np.int64), np.repeat(starts, places), out=positions[h:])
+    # documents numbered on from `first`, the empty ones (no places) left out
+    document[h:] = np.repeat(np.cumsum(places > 0) - 1 + first, places)
     return tokens, positions, document
 
 
-def pack_run(
-    parts: Iterable[dict[str, Any]], pack: Pack, run: PackRun, where: str
-) -> Iterator[Blocks]:
-    """The blocks of `run` from its documents (`parts`: the reader's parts, in order,
-    each with the pack column as an Arrow list array), a few blocks at a time.
+def pack_run(parts: Iterable[TokenRows], pack: Pack, run: PackRun, where: str) -> Iterator[Blocks]:
+    """The blocks of `run` from its documents (`parts`: the reader's parts, in order),
+    a few blocks at a time.
 
     The run must come out exactly as the index's token counts say: `run.blocks` blocks
     and `run.rest` places after them; anything else is a StaleIndexError naming `where`
     (the counts were made from other bytes than these)."""
     length = pack.length
-    held: list[tuple[I64, I64, I64]] = []
+    carry: tuple[I64, I64, I64] | None = None  # places after the last block made
     count = 0  # places held
     skip = run.skip
     made = 0
-    documents = 0
     for part in parts:
-        docs = part[pack.column]
         try:
-            tokens, positions, document = lay_out(docs, pack)
+            tokens, positions, document = lay_out(part, pack, carry)
         except ShardError as e:
             raise ShardError(f"{where}: {e}") from e
-        document += documents
-        documents = int(document[-1]) + 1 if document.size else documents
-        if skip:
+        if skip:  # the run's first places belong to the blocks before (no carry yet)
             k = min(skip, tokens.size)
             tokens, positions, document = tokens[k:], positions[k:], document[k:]
             skip -= k
-        if not tokens.size:
-            continue
-        held.append((tokens, positions, document))
-        count += tokens.size
+        count = tokens.size
         k = min(count // length, run.blocks - made)
-        if k <= 0:
-            continue
-        joined = [
-            np.concatenate([h[i] for h in held]) if len(held) > 1 else held[0][i] for i in range(3)
-        ]
-        cut = k * length
-        yield tuple(a[:cut].reshape(k, length) for a in joined)  # type: ignore[misc]
-        made += k
-        held = [(joined[0][cut:], joined[1][cut:], joined[2][cut:])]
+        cut = max(k, 0) * length
+        if k > 0:
+            yield (
+                tokens[:cut].reshape(k, length),
+                positions[:cut].reshape(k, length),
+                document[:cut].reshape(k, length),
+            )
+            made += k
+        carry = (tokens[cut:], positions[cut:], document[cut:])
         count -= cut
     if made != run.blocks or count != run.rest or skip:
         raise StaleIndexError(
@@ -116,14 +117,20 @@ def pack_run(
         )
 
 
-def _block_dict(column: str, tokens: I64, positions: I64, document: I64) -> dict[str, Any]:
-    """One block or a batch of them: document numbers count from 0 in each block."""
-    first = document[..., :1]
-    return {
-        column: torch.from_numpy(tokens),
-        POSITIONS: torch.from_numpy(positions),
-        DOCUMENTS: torch.from_numpy(document - first),
-    }
+def _block_dict(
+    column: str, tokens: I64, positions: I64, document: I64, own: bool
+) -> dict[str, Any]:
+    """One block or a batch of them: document numbers count from 0 in each block. `own`:
+    the tensors share one fresh storage (in a DataLoader worker, which sends each storage
+    through its own shared-memory segment), else they are views of the packed arrays."""
+    arrays = {column: tokens, POSITIONS: positions, DOCUMENTS: document - document[..., :1]}
+    if own:
+        return packed(arrays)
+    return {k: torch.from_numpy(a) for k, a in arrays.items()}
+
+
+def _rows(blocks: Blocks, lo: int, hi: int) -> Blocks:
+    return blocks[0][lo:hi], blocks[1][lo:hi], blocks[2][lo:hi]
 
 
 def items(
@@ -131,32 +138,38 @@ def items(
 ) -> Iterator[list[dict[str, Any]]]:
     """The blocks as items, a list of them per chunk: one block a dict of 1-D tensors,
     or (with `batch_size`) batches of that many blocks as 2-D tensors, the last one
-    short when the blocks run out."""
+    short when the blocks run out. Outside DataLoader workers an item's tensors are views
+    of the arrays its part was packed into (an item kept pins that part's 256
+    documents); inside one, each item has a storage of its own."""
+    own = get_worker_info() is not None
     if batch_size is None:
         for tokens, positions, document in chunks:
             yield [
-                _block_dict(column, tokens[i].copy(), positions[i].copy(), document[i].copy())
+                _block_dict(column, tokens[i], positions[i], document[i], own)
                 for i in range(tokens.shape[0])
             ]
         return
-    held: list[Blocks] = []
-    rows = 0
+    held: Blocks | None = None  # fewer than batch_size blocks, waiting for more
     for chunk in chunks:
-        held.append(chunk)
-        rows += chunk[0].shape[0]
-        if rows < batch_size:
-            continue
-        joined = [np.concatenate([h[i] for h in held]) for i in range(3)]
+        out = []
+        if held is not None:
+            need = batch_size - held[0].shape[0]
+            first = _rows(chunk, 0, need)
+            held = tuple(np.concatenate((h, f)) for h, f in zip(held, first))  # type: ignore[assignment]
+            chunk = _rows(chunk, need, chunk[0].shape[0])
+            if held[0].shape[0] < batch_size:
+                continue
+            out.append(_block_dict(column, *held, own=own))
+            held = None
+        rows = chunk[0].shape[0]
         whole = rows - rows % batch_size
-        # a batch of its own memory (a copy, unless it is the whole chunk): a batch the
-        # training loop keeps pins its own blocks, not the chunk's
-        own = whole < rows or whole > batch_size
-        yield [
-            _block_dict(column, *(a[lo : lo + batch_size].copy() if own else a for a in joined))
+        out += [
+            _block_dict(column, *_rows(chunk, lo, lo + batch_size), own=own)
             for lo in range(0, whole, batch_size)
         ]
-        held = [tuple(a[whole:] for a in joined)] if whole < rows else []  # type: ignore[list-item]
-        rows -= whole
-    if rows:
-        joined = [np.concatenate([h[i] for h in held]) for i in range(3)]
-        yield [_block_dict(column, *joined)]
+        if whole < rows:
+            held = _rows(chunk, whole, rows)
+        if out:
+            yield out
+    if held is not None:
+        yield [_block_dict(column, *held, own=own)]

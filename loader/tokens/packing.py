@@ -17,10 +17,11 @@ from ..storage.filesystems import redact
 from .lengths import document_lengths
 from .pack import Pack
 from .packer import Blocks, pack_run
+from .rows import TokenFormat
 
 __all__ = ["PART_DOCUMENTS", "Packing"]
 
-PART_DOCUMENTS = 1024  # documents the reader hands the packer at a time
+PART_DOCUMENTS = 256  # documents the reader hands the packer at a time
 
 
 class Packing:
@@ -88,9 +89,14 @@ class Packing:
                 out.append(run)
         return out
 
+    def token_format(self, fmt: Format) -> TokenFormat:
+        """The dataset's format, handing the pack column's documents over as numpy
+        (loader.tokens.rows): what the reader of `blocks_of` reads with."""
+        return TokenFormat(fmt, self.pack.column)
+
     def blocks_of(self, reader: PlanReader, runs: Iterable[PackRun]) -> Iterator[Blocks]:
-        """The runs' blocks, read by `reader` (its format hands the pack column over as
-        Arrow lists), a few at a time."""
+        """The runs' blocks, read by `reader` (made with `token_format`), a few at a
+        time."""
         for run in runs:
             parts = reader.parts([(run.plan, run.start, run.stop)], PART_DOCUMENTS)
             yield from pack_run(parts, self.pack, run, self._where(run))
