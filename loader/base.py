@@ -36,6 +36,7 @@ from .options import (
 from .state import Layout, check_state, rank_state
 from .stats import LoaderStats, Stats
 from .storage.retry import RetryPolicy
+from .tokens.packing import Packing
 
 __all__ = ["RECORD_STEP", "DatasetBase", "init_signature"]
 
@@ -50,6 +51,7 @@ class DatasetBase(IterableDataset[Any]):
 
     sampler: ShardSampler | MixtureSampler
     node: NodeOptions
+    packings: list[Packing]  # with pack=: one a source (a mixture: one a stream)
     # what help() and inspect.signature show: __init__'s parameters (set below each class:
     # StreamingDataset's __new__ only picks the class, and takes whatever __init__ takes)
     __signature__: ClassVar[inspect.Signature]
@@ -124,12 +126,20 @@ class DatasetBase(IterableDataset[Any]):
         reader threads), wait_s (the reading thread waiting for a group), consumer_wait_s /
         consumer_wall_s and their ratio `stall_fraction` (None unless a consumer was timed:
         ``ds.timed(loader)``, or iterating the dataset without workers), peak_held_bytes;
-        with a cache_dir, cache_hit_bytes (served from the node cache, not counted in
+        with `pack`, "pack": the epoch's tokens and documents, blocks each rank makes and
+        tokens_dropped (in no rank's block; a mixture: per stream name, of one pass); with
+        a cache_dir, cache_hit_bytes (served from the node cache, not counted in
         bytes_fetched) and cache_held_bytes (what the cache folder holds now, for the
         whole node)."""
         totals: dict[str, Any] = self._stats.totals()
         folders = {n.cache_dir: n for n in self._cache_nodes()}
         totals["cache_held_bytes"] = sum(n.held_bytes() for n in folders.values())
+        replicas = self.sampler.num_replicas
+        if len(self.packings) == 1:
+            totals["pack"] = self.packings[0].summary(replicas)
+        elif self.packings:  # a mixture: per stream, a pass of it
+            names = getattr(self, "names", [])
+            totals["pack"] = {n: p.summary(replicas) for n, p in zip(names, self.packings)}
         return totals
 
     def _cache_nodes(self) -> list[NodeOptions]:

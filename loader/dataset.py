@@ -31,7 +31,7 @@ from .state import Layout
 from .storage.filesystems import UrlOrPath
 from .storage.retry import RetryPolicy
 from .streams import Stream, is_mixture
-from .tokens.pack import Pack, check_token_column
+from .tokens.pack import Pack, check_token_column, pack_columns
 from .tokens.packer import items
 from .tokens.packing import Packing
 
@@ -113,7 +113,8 @@ class StreamingDataset(DatasetBase):
     are read once from the shards' token column. Resume, elastic resume, DataLoader
     workers and `transform` (on blocks or batches) work as for records; `drop_last` does
     not apply (counts are equal anyway); `columns`, `pad`, `fill_nulls` and `locality`
-    are refused, and so are tar shards and mixtures.
+    are refused, and so are tar shards. With a list of Stream, weights count tokens
+    (loader.tokens.mixing).
 
     Several epochs from remote storage: `cache_dir` (a local folder the ranks of a node
     share) keeps the remote bytes read, so a later epoch reads them from disk;
@@ -139,11 +140,6 @@ class StreamingDataset(DatasetBase):
         issubclass hold) without being a subclass, so Python does not run
         StreamingDataset.__init__ on it after this returns; both build on DatasetBase."""
         if cls is StreamingDataset and is_mixture(source):
-            if kwargs.get("pack") is not None:
-                raise ValueError(
-                    "pack= with a mixture (a list of Stream) is not supported yet: pack one "
-                    "source, or mix by documents without pack"
-                )
             mixture: Any = MixtureDataset(source, *args, **kwargs)
             return mixture  # type: ignore[no-any-return]
         return super().__new__(cls)
@@ -203,7 +199,7 @@ class StreamingDataset(DatasetBase):
         )
         self.storage_options = dict(storage_options or {})
         if pack is not None:
-            self.columns = _pack_options(pack, self.columns, fill_nulls, pad, locality)
+            self.columns = pack_columns(pack, self.columns, fill_nulls, pad, locality)
         self.index = shared_index(source, self.storage_options, self.retry)
         if pack is not None and self.index.format == "tar":
             raise ValueError(
@@ -242,6 +238,7 @@ class StreamingDataset(DatasetBase):
             if pack is None
             else Packing(pack, self.index, self._format(), self.storage_options, topo.world_size)
         )
+        self.packings = [] if self.packing is None else [self.packing]
         self._start_epochs()
 
     def _layout(self, num_workers: int) -> Layout:
@@ -316,14 +313,6 @@ class StreamingDataset(DatasetBase):
             deliveries = ([b] for b in batches)
         return self._hand_out(deliveries, stats, info is not None, worker)
 
-    def stats(self) -> dict[str, Any]:
-        """As DatasetBase.stats; with `pack`, also ``"pack"``: the epoch's tokens and
-        documents, blocks each rank makes, and tokens_dropped (in no rank's block)."""
-        totals = super().stats()
-        if self.packing is not None:
-            totals["pack"] = self.packing.summary(self.sampler.num_replicas)
-        return totals
-
     def _warn_amplified(self, plan: Plan, workers: int) -> None:
         """One WARNING when a reader fetches much more than its records' bytes
         (loader.read.amplification)."""
@@ -351,32 +340,6 @@ class StreamingDataset(DatasetBase):
         )
         sampler.set_epoch(self.epoch)
         return sampler.plan(worker, max(1, root.num_workers), align=root.item)
-
-
-def _pack_options(
-    pack: Pack,
-    columns: list[str] | None,
-    fill_nulls: Mapping[str, Any] | None,
-    pad: Mapping[str, Any] | None,
-    locality: str | None,
-) -> list[str]:
-    """The columns a packing dataset reads (its token column), after refusing the options
-    packing has no use for (ValueError naming them)."""
-    if not isinstance(pack, Pack):
-        raise TypeError(f"pack must be a loader.Pack, got {type(pack).__name__}")
-    if columns is not None and columns != [pack.column]:
-        raise ValueError(
-            f"pack= reads only its token column {pack.column!r}; columns={columns} "
-            "asks for others (leave columns out)"
-        )
-    unused = [name for name, v in (("fill_nulls", fill_nulls), ("pad", pad)) if v]
-    if unused:
-        raise ValueError(
-            f"{' and '.join(unused)} do not apply with pack= (blocks are never padded)"
-        )
-    if locality is not None:
-        raise ValueError("pack= reads the epoch's token line, which locality='node' does not keep")
-    return [pack.column]
 
 
 StreamingDataset.register(MixtureDataset)  # isinstance(a mixture, StreamingDataset) holds

@@ -28,7 +28,6 @@ from torch.utils.data import get_worker_info
 
 from sampler import DEFAULT_WINDOW, MixtureSampler, Topology
 from sampler.checks import IntLike
-from sampler.mixture_read import Taker
 from sampler.mixture_state import cursor_state
 from sampler.resume import Segment, cut_segments
 
@@ -41,11 +40,15 @@ from .formats.tar_decode import DecodeSpec
 from .index.distributed import shared_index
 from .index.table import ShardGroups
 from .options import Transform
-from .read.mixture_rows import STREAM, StreamRows, merge, start_all
+from .read.mixture_rows import STREAM, mixed_parts
 from .read.plan_reader import MemoryBudget, PlanReader, decoding_pool, is_local
 from .state import Layout, rank_state
 from .storage.retry import RetryPolicy
 from .streams import Stream, check_formats, check_kinds, is_mixture, stream_name
+from .tokens.mixing import Lines, mixed_blocks, pseudo_sizes
+from .tokens.pack import Pack, pack_columns, token_kinds
+from .tokens.packer import items
+from .tokens.packing import Packing
 
 __all__ = ["MixLayout", "MixtureDataset"]
 
@@ -103,6 +106,7 @@ class MixtureDataset(DatasetBase):
         cache_limit: int | str | None = None,
         locality: str | None = None,
         local_world_size: IntLike | None = None,
+        pack: Pack | None = None,
     ) -> None:
         super().__init__()
         if not is_mixture(streams):
@@ -120,6 +124,8 @@ class MixtureDataset(DatasetBase):
             log_every,
             transform,
         )
+        if pack is not None:
+            self.columns = pack_columns(pack, self.columns, fill_nulls, pad, locality)
         topo = Topology.resolve(num_replicas, rank)
         self.streams = list(streams)
         self.node = NodeOptions.check(
@@ -137,7 +143,9 @@ class MixtureDataset(DatasetBase):
         self.indexes = [
             shared_index(s.source, o, self.retry) for s, o in zip(self.streams, self.options)
         ]
-        check_formats(self.names, [idx.format for idx in self.indexes], self.batch_size)
+        check_formats(
+            self.names, [i.format for i in self.indexes], self.batch_size if pack is None else 1
+        )
         for idx in self.indexes:
             if idx.format == "tar":
                 check_tar_columns(idx.shards, self.columns)
@@ -153,31 +161,44 @@ class MixtureDataset(DatasetBase):
                     "leave it out with columns=[...]"
                 )
         self.kinds_per_stream = (
-            check_kinds(self.names, self.schemas, fill_nulls, self.pad)
+            token_kinds(pack, self.schemas)
+            if pack is not None
+            else check_kinds(self.names, self.schemas, fill_nulls, self.pad)
             if self.batch_size is not None
             else [None] * len(self.streams)
         )
-        weights = [
-            s.weight if s.weight is not None else idx.num_records
-            for s, idx in zip(self.streams, self.indexes)
-        ]
         self._lengths: dict[str, int] = {}  # ragged list columns' length, shared by streams
         # per stream, where each shard's read groups lie (the reading order shuffles by them)
         groups = [
             ShardGroups(idx.shards, self._format_of(k).groups) for k, idx in enumerate(self.indexes)
         ]
+        # packing: each stream's blocks are its records (loader.tokens.mixing)
+        self.packings = [
+            Packing(pack, idx, self._format_of(k), o, topo.world_size)
+            for k, (idx, o) in enumerate(zip(self.indexes, self.options))
+            if pack is not None
+        ]
+        self._lines = Lines(self.packings, groups, shuffle, int(window))
+        weights = [
+            s.weight
+            if s.weight is not None
+            else self.packings[k].total
+            if pack is not None
+            else idx.num_records
+            for k, (s, idx) in enumerate(zip(self.streams, self.indexes))
+        ]
         self.sampler = MixtureSampler(
-            self.indexes,
+            pseudo_sizes(self.packings) if pack is not None else self.indexes,
             weights,
             epoch_size,
             topo.world_size,
             topo.rank,
-            shuffle,
+            shuffle and pack is None,  # a pass's blocks are read in order
             seed,
-            drop_last,
+            drop_last or pack is not None,  # no block twice in a pass
             window,
             self.names,
-            groups,
+            None if pack is not None else groups,
             self.node.node_size,
         )
         self._start_epochs()
@@ -314,7 +335,9 @@ class MixtureDataset(DatasetBase):
         readers = [
             PlanReader(
                 idx,
-                self._format_of(k),
+                self._format_of(k)
+                if not self.packings
+                else self.packings[k].token_format(self._format_of(k)),
                 columns=self.columns,
                 storage_options=opts,
                 retry=self.retry,
@@ -328,7 +351,19 @@ class MixtureDataset(DatasetBase):
             for k, (idx, opts) in enumerate(zip(self.indexes, self.options))
         ]
         cut = cut_segments(segments, start, total)
-        chunks = self._chunks(cut, root, epoch, readers, step, decoders)
+        if self.packings:
+            return self._hand_out(
+                self._packed(cut, root, epoch, readers, decoders), stats, info is not None, worker
+            )
+        chunks = mixed_parts(
+            cut,
+            lambda replicas, rank: self._sampler_for(replicas, rank, epoch),
+            root,
+            readers,
+            self.names,
+            (step, self.batch_size is not None, self.pad),
+            decoders,
+        )
         deliveries: Iterator[Any] = (
             chunks  # lists of records
             if self.batch_size is None
@@ -336,45 +371,26 @@ class MixtureDataset(DatasetBase):
         )
         return self._hand_out(deliveries, stats, info is not None, worker)
 
-    def _chunks(
+    def _packed(
         self,
         segments: list[Segment],
         root: Layout,
         epoch: int,
         readers: list[PlanReader],
-        step: int,
         decoders: ThreadPoolExecutor,
     ) -> Iterator[Any]:
-        """The segments' positions in order, as batches of at most `step` positions ending
-        at multiples of `step` from the start (record mode: lists of records). The readers'
-        shared `decoders` are shut down when this ends."""
-        done = 0
+        """With pack: the segments' blocks mixed by the schedule, as items (lists)."""
         try:
-            for rank, worker, a, b in segments:
-                planner = self._sampler_for(root.num_replicas, rank, epoch)
-                lo, _ = planner.worker_range(worker, max(1, root.num_workers), root.item)
-                part = planner.part(lo + a, lo + b)
-                ids = Taker(planner.stream_ids(lo + a, lo + b))
-                streams = [
-                    StreamRows(
-                        reader.parts([(p.plan, p.start, p.stop) for p in part.pieces[k]], step),
-                        reader.fmt,
-                        k,
-                        self.names[k],
-                        self.batch_size is not None,
-                    )
-                    for k, reader in enumerate(readers)
-                ]
-                try:
-                    start_all(streams, concurrent=not all(r.local for r in readers))
-                    left = b - a
-                    while left > 0:
-                        n = min(left, step - done % step)
-                        yield merge(ids.take(n), streams, self.batch_size is not None, self.pad)
-                        done, left = done + n, left - n
-                finally:
-                    for s in streams:
-                        s.close()
+            blocks = mixed_blocks(
+                segments,
+                lambda replicas, rank: self._sampler_for(replicas, rank, epoch),
+                root,
+                self._lines,
+                readers,
+                self.names,
+                self.batch_size or RECORD_STEP // 16,
+            )
+            yield from items(blocks, self.packings[0].pack.column, self.batch_size)
         finally:
             decoders.shutdown(wait=True)
 

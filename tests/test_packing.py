@@ -75,7 +75,7 @@ def as_rows(items: list[dict[str, torch.Tensor]]) -> list[tuple[tuple[int, ...],
     return out
 
 
-def check_block(block: tuple[tuple[int, ...], ...], pack: Pack, docs: list[Any]) -> list[int]:
+def check_block(block: tuple[tuple[int, ...], ...], pack: Pack, docs: Any) -> list[int]:
     """Assert the block is whole documents' places, rightly labelled; its real tokens."""
     tokens, positions, doc_ids = block
     assert len(tokens) == pack.length
@@ -290,8 +290,10 @@ def test_bad_arguments_are_named(data: Path, tmp_path: Path) -> None:
         make(data, pack, columns=["text"])
     with pytest.raises(ValueError, match="do not apply"):
         make(data, pack, pad={"input_ids": 0})
-    with pytest.raises(ValueError, match="not supported yet"):
-        StreamingDataset([Stream(data), Stream(data, name="b")], pack=pack)
+    with pytest.raises(ValueError, match="fewer than one for each of 1000 ranks"):
+        StreamingDataset(
+            [Stream(data), Stream(data, name="b")], pack=pack, num_replicas=1000, rank=0
+        )
     with pytest.raises(ValueError, match="fewer than one for each of 1000 ranks"):
         make(data, Pack("input_ids", 4096), num_replicas=1000, rank=0)
     with pytest.raises(ValueError, match="length"):
@@ -308,3 +310,123 @@ def test_a_null_token_is_a_shard_error(tmp_path: Path) -> None:
     ds = StreamingDataset(tmp_path, pack=Pack("input_ids", 4), shuffle=False)
     with pytest.raises(ShardError, match=r"n\.parquet.*1 null token"):
         list(ds)
+
+
+def second_documents() -> dict[int, list[int]]:
+    """Another stream's documents by number, from 100,000 on."""
+    rng = np.random.default_rng(7)
+    return {
+        100_000 + d: [STRIDE * (100_000 + d) + j for j in range(int(rng.integers(1, 70)))]
+        for d in range(50)
+    }
+
+
+@pytest.fixture(scope="module")
+def second(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """Another stream: documents numbered from 100,000 (tokens above 4096 * 100,000)."""
+    root = tmp_path_factory.mktemp("second")
+    docs = list(second_documents().values())
+    for s in range(2):
+        pq.write_table(
+            pa.table({"input_ids": pa.array(docs[25 * s : 25 * s + 25], pa.list_(pa.int64()))}),
+            root / f"b-{s}.parquet",
+            row_group_size=6,
+        )
+    return root
+
+
+def mixture(data: Path, second: Path, weights: tuple[float, float], **kw: Any) -> StreamingDataset:
+    streams = [
+        Stream(data, weight=weights[0], name="a"),
+        Stream(second, weight=weights[1], name="b"),
+    ]
+    return StreamingDataset(streams, pack=Pack("input_ids", 16, eos=EOS), seed=5, **kw)
+
+
+def stream_of(block: tuple[tuple[int, ...], ...]) -> int:
+    """Which stream a block's tokens come from (0 or 1); never both."""
+    real = {t // STRIDE >= 100_000 for t in block[0] if t >= 0}
+    assert len(real) == 1, "a block mixes streams"
+    return int(real.pop())
+
+
+@pytest.mark.parametrize("weights", [(0.8, 0.2), (0.5, 0.5), (1.0, 3.0)])
+@pytest.mark.parametrize("replicas", [1, 3])
+def test_mixture_weights_count_tokens(
+    data: Path, second: Path, weights: Any, replicas: int
+) -> None:
+    """Every rank makes the same blocks an epoch; stream k's share of a rank's tokens is
+    its weight's within one block; no block mixes streams; within a pass of a stream no
+    token repeats, across ranks and epochs."""
+    docs = {**dict(enumerate(documents())), **second_documents()}
+    epoch_size = 60 * replicas
+    # [rank][stream] -> that rank's blocks of the stream, over the epochs, in order
+    seq: list[list[list[Any]]] = [[[], []] for _ in range(replicas)]
+    for epoch in range(3):
+        counts = []
+        for rank in range(replicas):
+            ds = mixture(
+                data,
+                second,
+                weights,
+                num_replicas=replicas,
+                rank=rank,
+                batch_size=4,
+                epoch_size=epoch_size,
+            )
+            ds.set_epoch(epoch)
+            batches = list(ds)
+            assert len(batches) == len(ds) == 15
+            blocks = as_rows(batches)
+            ids = np.concatenate([b["__stream__"].numpy() for b in batches])
+            assert [stream_of(b) for b in blocks] == ids.tolist()
+            share = weights[0] / sum(weights)
+            assert abs(int((ids == 0).sum()) - share * len(blocks)) <= 1
+            for b, k in zip(blocks, ids.tolist()):
+                check_block(b, Pack("input_ids", 16, eos=EOS), docs)
+                seq[rank][k].append(b)
+            counts.append(len(blocks))
+        assert len(set(counts)) == 1
+    summary = ds.stats()["pack"]
+    for k, name in enumerate(("a", "b")):
+        n = summary[name]["blocks_per_rank"]  # a rank's blocks of one pass
+        passes = min(len(seq[r][k]) for r in range(replicas)) // n
+        if weights[1] > weights[0]:
+            assert k == 0 or passes >= 1  # the small stream: whole passes, then repeats
+        for p in range(passes):  # pass p over all ranks: no token twice
+            tokens = [
+                t
+                for r in range(replicas)
+                for b in seq[r][k][p * n : (p + 1) * n]
+                for t in b[0]
+                if t >= 0
+            ]
+            assert len(tokens) == len(set(tokens))
+
+
+def test_mixture_resume_and_elastic_resume(data: Path, second: Path) -> None:
+    weights = (0.7, 0.3)
+    kw = {"batch_size": 2, "epoch_size": 40}  # no stream's pass ends within the epoch
+    whole = as_rows(list(mixture(data, second, weights, num_replicas=2, rank=1, **kw)))
+    ds = mixture(data, second, weights, num_replicas=2, rank=1, **kw)
+    it = iter(ds)
+    first = [next(it) for _ in range(5)]
+    state = ds.state_dict()
+    again = mixture(data, second, weights, num_replicas=2, rank=1, **kw)
+    again.load_state_dict(state)
+    assert as_rows(first) + as_rows(list(again)) == whole
+    # elastic: 2 ranks took 5 batches each, 3 ranks read the rest of the epoch
+    taken = []
+    for rank in range(2):
+        taken += as_rows(
+            list(mixture(data, second, weights, num_replicas=2, rank=rank, batch_size=2))[:5]
+        )
+    rest = []
+    for rank in range(3):
+        ds = mixture(data, second, weights, num_replicas=3, rank=rank, **kw)
+        ds.load_state_dict(state)
+        rest.append(as_rows(list(ds)))
+    assert [len(r) for r in rest] == [6, 6, 6]  # the 20 blocks left, cut equally (2 dropped)
+    blocks = taken + [b for r in rest for b in r]
+    tokens = [t for b in blocks for t in b[0] if t >= 0]
+    assert len(tokens) == len(set(tokens))

@@ -4,17 +4,20 @@ schedule's order into records or one batch (loader.mixture reads the plan with t
 from __future__ import annotations
 
 import contextlib
-from collections.abc import Iterator, Mapping
+from collections.abc import Callable, Iterator, Mapping, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from typing import Any
 
 import numpy as np
 
+from sampler.mixture_read import Taker
+from sampler.resume import Segment
+
 from ..columns.placement import Placement
 from ..errors import ShardError, redact
 from ..formats import Format
 
-__all__ = ["STREAM", "StreamRows", "merge", "start_all"]
+__all__ = ["STREAM", "StreamRows", "merge", "mixed_parts", "start_all"]
 
 STREAM = "__stream__"  # records: the stream's name; batches: int64 stream indices
 
@@ -150,3 +153,49 @@ def _padded(parts: list[Any], pad: Any) -> list[Any]:
         return parts
     width = max(p.shape[1] for p in parts)
     return [np.pad(p, ((0, 0), (0, width - p.shape[1])), constant_values=pad) for p in parts]
+
+
+def mixed_parts(
+    segments: Sequence[Segment],
+    planner_for: Callable[[int, int], Any],
+    root: Any,
+    readers: Sequence[Any],
+    names: Sequence[str],
+    shape: tuple[int, bool, Mapping[str, Any]],
+    decoders: ThreadPoolExecutor,
+) -> Iterator[Any]:
+    """A mixture's segments (rank, worker, a, b of the layout `root` the epoch started in)
+    read in order, as parts of at most `step` positions ending at multiples of `step` from
+    the start (record mode: lists of records): `shape` is (step, batch mode, pad values).
+    `planner_for(num_replicas, rank)`: that rank's MixtureSampler of the epoch; `readers`:
+    each stream's PlanReader. The readers' shared `decoders` are shut down when this ends."""
+    step, batch, pad = shape
+    done = 0
+    try:
+        for rank, worker, a, b in segments:
+            planner = planner_for(root.num_replicas, rank)
+            lo, _ = planner.worker_range(worker, max(1, root.num_workers), root.item)
+            part = planner.part(lo + a, lo + b)
+            ids = Taker(planner.stream_ids(lo + a, lo + b))
+            streams = [
+                StreamRows(
+                    reader.parts([(p.plan, p.start, p.stop) for p in part.pieces[k]], step),
+                    reader.fmt,
+                    k,
+                    names[k],
+                    batch,
+                )
+                for k, reader in enumerate(readers)
+            ]
+            try:
+                start_all(streams, concurrent=not all(r.local for r in readers))
+                left = b - a
+                while left > 0:
+                    n = min(left, step - done % step)
+                    yield merge(ids.take(n), streams, batch, pad)
+                    done, left = done + n, left - n
+            finally:
+                for s in streams:
+                    s.close()
+    finally:
+        decoders.shutdown(wait=True)

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
@@ -11,7 +12,9 @@ import pyarrow as pa
 
 from sampler.checks import IntLike, as_int
 
-__all__ = ["Pack", "check_token_column"]
+from ..columns.kinds import Kind
+
+__all__ = ["Pack", "check_token_column", "pack_columns", "token_kinds"]
 
 
 @dataclass(frozen=True)
@@ -66,3 +69,41 @@ def check_token_column(schema: pa.Schema, pack: Pack | IntLike | object) -> None
             f"(list<int32>, list<int64>, ...), it holds {t}; tokenize the text into such a "
             "column first (README: 'Pretraining on tokens')"
         )
+
+
+def pack_columns(
+    pack: Pack,
+    columns: list[str] | None,
+    fill_nulls: Mapping[str, Any] | None,
+    pad: Mapping[str, Any] | None,
+    locality: str | None,
+) -> list[str]:
+    """The columns a packing dataset reads (its token column), after refusing the options
+    packing has no use for (ValueError or TypeError naming them)."""
+    if not isinstance(pack, Pack):
+        raise TypeError(f"pack must be a loader.Pack, got {type(pack).__name__}")
+    if columns is not None and columns != [pack.column]:
+        raise ValueError(
+            f"pack= reads only its token column {pack.column!r}; columns={columns} "
+            "asks for others (leave columns out)"
+        )
+    unused = [name for name, v in (("fill_nulls", fill_nulls), ("pad", pad)) if v]
+    if unused:
+        raise ValueError(
+            f"{' and '.join(unused)} do not apply with pack= (blocks are never padded)"
+        )
+    if locality is not None:
+        raise ValueError("pack= reads the epoch's token line, which locality='node' does not keep")
+    return [pack.column]
+
+
+def token_kinds(pack: Pack, schemas: Sequence[pa.Schema | None]) -> list[dict[str, Kind]]:
+    """Per source (schema), the kinds a packing format reads with: the token column,
+    checked, handed over as Arrow lists (loader.tokens.rows takes it from there)."""
+    out = []
+    for schema in schemas:
+        if schema is None:
+            raise ValueError("pack= reads a token column of Parquet or Arrow IPC shards, not tar")
+        check_token_column(schema, pack)
+        out.append({pack.column: Kind(False)})
+    return out

@@ -9,7 +9,7 @@ a run starts at a block boundary, located in the index's token counts (sampler.p
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Iterator
+from collections.abc import Iterable, Iterator, Sequence
 from typing import Any
 
 import numpy as np
@@ -24,9 +24,10 @@ from ..formats.parquet_fetch import packed
 from .pack import Pack
 from .rows import TokenRows
 
-__all__ = ["DOCUMENTS", "POSITIONS", "Blocks", "items", "lay_out", "pack_run"]
+__all__ = ["DOCUMENTS", "POSITIONS", "STREAM", "Blocks", "items", "lay_out", "pack_run"]
 
 POSITIONS = "position_ids"
+STREAM = "__stream__"  # a mixture's stream index, as record batches carry it
 DOCUMENTS = "document_ids"
 I64 = npt.NDArray[np.int64]
 # (k, length) each: tokens, place in the document, the document's number in the run
@@ -117,54 +118,56 @@ def pack_run(parts: Iterable[TokenRows], pack: Pack, run: PackRun, where: str) -
         )
 
 
-def _block_dict(
-    column: str, tokens: I64, positions: I64, document: I64, own: bool
-) -> dict[str, Any]:
-    """One block or a batch of them: document numbers count from 0 in each block. `own`:
-    the tensors share one fresh storage (in a DataLoader worker, which sends each storage
-    through its own shared-memory segment), else they are views of the packed arrays."""
-    arrays = {column: tokens, POSITIONS: positions, DOCUMENTS: document - document[..., :1]}
+def _block_dict(column: str, arrays: Sequence[npt.NDArray[Any]], own: bool) -> dict[str, Any]:
+    """One block or a batch of them, from (tokens, positions, document[, stream]):
+    document numbers count from 0 in each block; a mixture's stream index comes as
+    ``__stream__``. `own`: the tensors share one fresh storage (in a DataLoader worker,
+    which sends each storage through its own shared-memory segment), else they are views
+    of the packed arrays."""
+    tokens, positions, document = arrays[:3]
+    named = {column: tokens, POSITIONS: positions, DOCUMENTS: document - document[..., :1]}
+    if len(arrays) > 3:
+        named[STREAM] = np.asarray(arrays[3])
     if own:
-        return packed(arrays)
-    return {k: torch.from_numpy(a) for k, a in arrays.items()}
+        return packed(named)
+    return {k: torch.from_numpy(a) for k, a in named.items()}
 
 
-def _rows(blocks: Blocks, lo: int, hi: int) -> Blocks:
-    return blocks[0][lo:hi], blocks[1][lo:hi], blocks[2][lo:hi]
+def _rows(arrays: Sequence[npt.NDArray[Any]], lo: int, hi: int) -> list[npt.NDArray[Any]]:
+    return [a[lo:hi] for a in arrays]
 
 
 def items(
-    chunks: Iterable[Blocks], column: str, batch_size: int | None
+    chunks: Iterable[Sequence[npt.NDArray[Any]]], column: str, batch_size: int | None
 ) -> Iterator[list[dict[str, Any]]]:
     """The blocks as items, a list of them per chunk: one block a dict of 1-D tensors,
     or (with `batch_size`) batches of that many blocks as 2-D tensors, the last one
-    short when the blocks run out. Outside DataLoader workers an item's tensors are views
-    of the arrays its part was packed into (an item kept pins that part's 256
+    short when the blocks run out. A chunk is `Blocks`, or Blocks and a fourth array of
+    each block's stream index (a mixture). Outside DataLoader workers an item's tensors
+    are views of the arrays its part was packed into (an item kept pins that part's 256
     documents); inside one, each item has a storage of its own."""
     own = get_worker_info() is not None
     if batch_size is None:
-        for tokens, positions, document in chunks:
+        for chunk in chunks:
             yield [
-                _block_dict(column, tokens[i], positions[i], document[i], own)
-                for i in range(tokens.shape[0])
+                _block_dict(column, [a[i] for a in chunk], own) for i in range(chunk[0].shape[0])
             ]
         return
-    held: Blocks | None = None  # fewer than batch_size blocks, waiting for more
+    held: list[npt.NDArray[Any]] | None = None  # fewer than batch_size blocks, waiting
     for chunk in chunks:
         out = []
         if held is not None:
             need = batch_size - held[0].shape[0]
-            first = _rows(chunk, 0, need)
-            held = tuple(np.concatenate((h, f)) for h, f in zip(held, first))  # type: ignore[assignment]
+            held = [np.concatenate((h, f)) for h, f in zip(held, _rows(chunk, 0, need))]
             chunk = _rows(chunk, need, chunk[0].shape[0])
             if held[0].shape[0] < batch_size:
                 continue
-            out.append(_block_dict(column, *held, own=own))
+            out.append(_block_dict(column, held, own))
             held = None
         rows = chunk[0].shape[0]
         whole = rows - rows % batch_size
         out += [
-            _block_dict(column, *_rows(chunk, lo, lo + batch_size), own=own)
+            _block_dict(column, _rows(chunk, lo, lo + batch_size), own)
             for lo in range(0, whole, batch_size)
         ]
         if whole < rows:
@@ -172,4 +175,4 @@ def items(
         if out:
             yield out
     if held is not None:
-        yield [_block_dict(column, *held, own=own)]
+        yield [_block_dict(column, held, own)]
