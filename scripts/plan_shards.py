@@ -5,6 +5,7 @@
                    [--index-workers N] [--write-sidecars] [--no-sidecars]
     plan_shards.py --simulate-shards S [--records-per-shard N] --world-size R [--rank K] ...
     plan_shards.py --stream NAME=SOURCE[:WEIGHT] [--stream ...] [--epoch-size E] --world-size R
+    plan_shards.py SOURCE --pack-column COL --pack-length L [--eos ID] [--bos ID] --world-size R
 
 Indexes SOURCE (a directory, s3:// prefix, glob or saved index; S3 credentials and endpoint
 from the standard AWS variables such as AWS_ENDPOINT_URL, or --storage-options), then prints
@@ -16,6 +17,8 @@ storage. --rank K prints one rank's plan only (its pieces: shard, rows, bytes), 
 without planning the others: O(shards) at any world size. --stream plans a mixture (see
 scripts/plan_mixture.py): per stream, records per rank and epoch, passes per epoch and the
 epoch at which its current pass ends; SOURCE may be simulate:SHARDSxRECORDS.
+--pack-length (scripts/plan_pack.py) prints the blocks of tokens every rank makes and the
+tokens dropped an epoch; --simulate-shards with it takes --tokens-per-document.
 """
 
 from __future__ import annotations
@@ -40,33 +43,26 @@ from sampler.planning import all_plans
 # otherwise); indexing a SOURCE imports the loader (and torch) when it is asked for
 try:  # run as scripts/plan_shards.py, or installed as shardstream_scripts.plan_shards
     from plan_cache import DEFAULT_SIM_NODES, cache_doc, print_cache
-    from plan_mixture import StreamArg, mixture_doc, parse_stream
+    from plan_load import load_index, load_streams, storage_options
+    from plan_mixture import mixture_doc, parse_stream
+    from plan_pack import add_pack_arguments, check_pack_arguments, pack_doc, print_pack
     from plan_plot import plot, plot_cache
     from plan_rank import print_rank, rank_doc, settings, sizes_of
 except ImportError:
     from shardstream_scripts.plan_cache import DEFAULT_SIM_NODES, cache_doc, print_cache
-    from shardstream_scripts.plan_mixture import StreamArg, mixture_doc, parse_stream
+    from shardstream_scripts.plan_load import load_index, load_streams, storage_options
+    from shardstream_scripts.plan_mixture import mixture_doc, parse_stream
+    from shardstream_scripts.plan_pack import (
+        add_pack_arguments,
+        check_pack_arguments,
+        pack_doc,
+        print_pack,
+    )
     from shardstream_scripts.plan_plot import plot, plot_cache
     from shardstream_scripts.plan_rank import print_rank, rank_doc, settings, sizes_of
 
 if TYPE_CHECKING:
     from loader.index.shard_index import ShardIndex
-
-
-def build_index(*args: Any, **kwargs: Any) -> ShardIndex:
-    try:
-        from plan_index import build_index as build
-    except ImportError:
-        from shardstream_scripts.plan_index import build_index as build
-    return build(*args, **kwargs)
-
-
-def save_sidecars(*args: Any, **kwargs: Any) -> int:
-    try:
-        from plan_index import save_sidecars as save
-    except ImportError:
-        from shardstream_scripts.plan_index import save_sidecars as save
-    return save(*args, **kwargs)
 
 
 MIXING_RANKS = 4  # ranks sampled for the mixing metric
@@ -143,6 +139,7 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
         metavar="B",
         help="with --simulate-shards: stored bytes a shard (default 100 MB)",
     )
+    add_pack_arguments(p)
     args = p.parse_args(argv)
     try:
         args.cache_limit = parse_size(args.cache_limit, "--cache-limit")
@@ -178,44 +175,8 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
         value = getattr(args, name)
         if value is not None and value < 1:
             p.error(f"--{name.replace('_', '-')} must be >= 1, got {value}")
+    check_pack_arguments(p, args)
     return args
-
-
-def _options(args: argparse.Namespace) -> dict[str, Any] | None:
-    try:
-        return json.loads(args.storage_options) if args.storage_options else None
-    except json.JSONDecodeError as e:
-        raise ValueError(f"--storage-options is not valid JSON: {e}") from None
-
-
-def load_streams(args: argparse.Namespace) -> list[ShardIndex | None]:
-    """Each --stream's index (None for a simulated one)."""
-    streams: list[StreamArg] = args.stream
-    if args.save_index:
-        raise ValueError("--save-index saves one dataset's index: plan each stream alone")
-    options = _options(args)
-    return [
-        None
-        if a.simulated is not None
-        else build_index(
-            a.source, options, args.index_workers, not args.no_sidecars, quiet=args.json
-        )
-        for a in streams
-    ]
-
-
-def load_index(args: argparse.Namespace) -> ShardIndex | None:
-    if args.simulate_shards is not None:
-        return None
-    options = _options(args)
-    index = build_index(
-        args.source, options, args.index_workers, not args.no_sidecars, quiet=args.json
-    )
-    if args.save_index:
-        index.save(args.save_index, options)
-    if args.write_sidecars:
-        save_sidecars(index, options, quiet=args.json)
-    return index
 
 
 def plan_rows(args: argparse.Namespace, index: ShardIndex | None) -> tuple[list[RankRow], float]:
@@ -360,7 +321,10 @@ def shard_bytes(args: argparse.Namespace, index: ShardIndex | None) -> np.ndarra
 def main(argv: list[str] | None = None) -> int:
     args = parse_args(argv)
     try:
-        if args.rank is not None:
+        args.storage_options_dict = storage_options(args)
+        if args.pack:
+            doc = pack_doc(args, load_index(args))
+        elif args.rank is not None:
             doc = rank_doc(args, load_index(args))
         elif args.stream:
             doc = mixture_doc(args, load_streams(args))
@@ -383,6 +347,8 @@ def main(argv: list[str] | None = None) -> int:
         return 2
     if args.json:
         print(json.dumps(doc))
+    elif args.pack:
+        print_pack(doc)
     elif args.rank is not None:
         print_rank(doc)
     elif args.stream:

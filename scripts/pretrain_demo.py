@@ -1,4 +1,4 @@
-"""A small pretraining job on shardstream: torchrun, DDP, a weighted mixture, resumable.
+"""A small pretraining job on shardstream: torchrun, DDP, packed blocks of a token mixture.
 
     python scripts/pretrain_demo.py        # make two sources, mix them 3:1, 2 ranks x 2 epochs
     torchrun --nproc_per_node=4 scripts/pretrain_demo.py --data s3://bucket/tokens/
@@ -6,15 +6,20 @@
     python scripts/pretrain_demo.py --resume                # ... and continue from the checkpoint
 
 Without torchrun around it, the script generates its embedded default (two Parquet
-sources of token sequences, "prose" and "code", with distinguishable token
-distributions, unless --data names one source) and relaunches itself under torchrun with
---nproc ranks (gloo on the CPU, NCCL when CUDA is present). Each rank trains a bigram model
-under DistributedDataParallel on the mixture (prose:code = 3:1, `loader.Stream` weights),
-calls set_epoch every epoch, and every --checkpoint-every steps saves the model, the
-optimizer and the loader's state. Per epoch it prints the throughput, each stream's
-records, and checks across ranks and resumes that every record was trained exactly once
-within its stream's pass (the records the plan assigns to the epoch, none lost, none
-repeated but by a stream's next pass).
+sources of tokenized documents of 10 to 120 tokens, "prose" and "code", with
+distinguishable token distributions, unless --data names one source) and relaunches itself
+under torchrun with --nproc ranks (gloo on the CPU, NCCL when CUDA is present). Each rank
+trains a bigram model under DistributedDataParallel on blocks of 129 tokens packed from
+the mixture (`Pack("input_ids", 129, eos=0)`; prose:code = 3:1 in tokens, `loader.Stream`
+weights), calls set_epoch every epoch, and every --checkpoint-every steps saves the model,
+the optimizer and the loader's state. Per epoch it prints tokens/s, each stream's tokens,
+the tokens dropped, and checks across ranks and resumes that no token was trained twice.
+
+The generated token ids carry a tag: id = token + VOCAB * n, n unique to each token of the
+data (0 for the eos), and the model sees id % VOCAB. The tags let the job check that every
+token was trained exactly once an epoch. The sources are sized so that an epoch is one
+pass of each (2,016 blocks, 1,512 of prose and 504 of code: whole for 1, 2, 3, 4, 6 or 12
+ranks), so exactly once holds per epoch, not only per pass.
 """
 
 from __future__ import annotations
@@ -38,25 +43,25 @@ from torch import nn
 from torch.nn.parallel import DistributedDataParallel
 from torch.utils.data import DataLoader
 
-from loader import Stream, StreamingDataset
-from sampler import MixtureSampler
+from loader import Pack, Stream, StreamingDataset
 
 VOCAB = 512
-SEQ = 33  # tokens per record: 32 inputs and their next tokens
+BLOCK = 129  # tokens a block: 128 inputs and their next tokens
+EOS = 0  # the separator after each document (no tag)
 WORK = Path(tempfile.gettempdir()) / "shardstream-demo"
-# the embedded mixture: name -> (shards, records per shard, first token, weight, first id)
-SOURCES = {"prose": (16, 1000, 0, 3.0, 0), "code": (6, 500, VOCAB // 2, 1.0, 1_000_000)}
-EPOCH_SIZE = 16_000
+# the embedded mixture: name -> (shards, blocks, first token, weight, first tag); a source of
+# `blocks` blocks holds exactly BLOCK * blocks tokens, eos included
+SOURCES = {"prose": (16, 1512, 1, 3.0, 1), "code": (6, 504, VOCAB // 2, 1.0, 10_000_000)}
 
 
 def parse_args() -> argparse.Namespace:
     p = argparse.ArgumentParser(description=__doc__.split("\n")[0] if __doc__ else None)
     p.add_argument(
-        "--data", help="one source of Parquet shards with columns id, tokens (default: a mixture)"
+        "--data", help="one source of Parquet shards with an input_ids column (default: a mixture)"
     )
     p.add_argument("--nproc", type=int, default=2, help="ranks when launching torchrun")
     p.add_argument("--epochs", type=int, default=2)
-    p.add_argument("--batch-size", type=int, default=64)
+    p.add_argument("--batch-size", type=int, default=8, help="blocks a batch")
     p.add_argument("--workers", type=int, default=1, help="DataLoader workers per rank")
     p.add_argument("--seed", type=int, default=0)
     p.add_argument("--checkpoint", default=str(WORK / "checkpoint.pt"))
@@ -72,35 +77,48 @@ def parse_args() -> argparse.Namespace:
     return p.parse_args()
 
 
-def make_source(root: Path, shards: int, per_shard: int, low: int, first_id: int) -> str:
-    """Token sequences drawn from a fixed random bigram chain over tokens
-    [low, low + VOCAB // 2): each source has its own tokens and its own chain."""
+def make_source(root: Path, shards: int, blocks: int, low: int, first_tag: int) -> str:
+    """Documents of 10 to 120 tokens drawn from a fixed random bigram chain over tokens
+    [low, low + VOCAB // 2) (each source its own tokens and chain), each token tagged
+    (id = token + VOCAB * tag, tags unique from `first_tag`), as an `input_ids` column;
+    the documents and their eos hold exactly BLOCK * blocks tokens, over `shards` shards."""
     root.mkdir(parents=True, exist_ok=True)
     rng = np.random.default_rng(low)
-    half = VOCAB // 2
+    half = VOCAB // 2 - 1
     nxt = low + rng.integers(0, half, size=(VOCAB, 4))  # each token has 4 likely successors
+    lengths: list[int] = []
+    left = BLOCK * blocks
+    while left > 0:  # each document takes its tokens and an eos
+        n = int(rng.integers(10, 121))
+        n = left - 1 if left - (n + 1) < 12 else n
+        lengths.append(n)
+        left -= n + 1
+    tokens = np.empty(sum(lengths), dtype=np.int64)
+    at = 0
+    for n in lengths:
+        doc = tokens[at : at + n]
+        doc[0] = low + rng.integers(0, half)
+        for t in range(1, n):
+            doc[t] = nxt[doc[t - 1], rng.integers(0, 4)]
+        at += n
+    tokens += VOCAB * (first_tag + np.arange(tokens.size, dtype=np.int64))
+    offsets = np.concatenate(([0], np.cumsum(lengths))).astype(np.int32)
+    cuts = np.linspace(0, len(lengths), shards + 1).astype(int)
     for k in range(shards):
-        tokens = np.empty((per_shard, SEQ), dtype=np.int32)
-        tokens[:, 0] = low + rng.integers(0, half, per_shard)
-        for t in range(1, SEQ):
-            tokens[:, t] = nxt[tokens[:, t - 1], rng.integers(0, 4, per_shard)]
-        ids = np.arange(k * per_shard, (k + 1) * per_shard, dtype=np.int64) + first_id
-        table = pa.table(
-            {
-                "id": ids,
-                "tokens": pa.FixedSizeListArray.from_arrays(tokens.ravel(), SEQ).cast(
-                    pa.list_(pa.int32())
-                ),
-            }
+        lo, hi = offsets[cuts[k]], offsets[cuts[k + 1]]
+        column = pa.ListArray.from_arrays(
+            pa.array(offsets[cuts[k] : cuts[k + 1] + 1] - lo), pa.array(tokens[lo:hi])
         )
-        pq.write_table(table, root / f"part-{k:05d}.parquet", row_group_size=250)
+        pq.write_table(
+            pa.table({"input_ids": column}), root / f"part-{k:05d}.parquet", row_group_size=100
+        )
     return str(root)
 
 
 def make_mixture(root: Path) -> str:
     """The embedded default: the SOURCES, each in its own folder under `root`."""
-    for name, (shards, per_shard, low, _, first_id) in SOURCES.items():
-        make_source(root / name, shards, per_shard, low, first_id)
+    for name, (shards, blocks, low, _, first_tag) in SOURCES.items():
+        make_source(root / name, shards, blocks, low, first_tag)
     return str(root)
 
 
@@ -141,11 +159,11 @@ class Bigram(nn.Module):
         return self.out(self.embed(tokens))
 
 
-def gather_ids(ids: list[int]) -> list[int]:
-    """Every rank's ids, on every rank."""
+def gather_tags(tags: np.ndarray) -> np.ndarray:
+    """Every rank's token tags, on every rank."""
     out: list[Any] = [None] * dist.get_world_size()
-    dist.all_gather_object(out, ids)
-    return [i for part in out for i in part]
+    dist.all_gather_object(out, tags)
+    return np.concatenate(out) if out else tags
 
 
 class Job:
@@ -160,7 +178,7 @@ class Job:
         torch.manual_seed(args.seed)
         options = json.loads(args.storage_options) if args.storage_options else None
         common = {
-            "columns": ["id", "tokens"],
+            "pack": Pack("input_ids", BLOCK, eos=EOS),
             "batch_size": args.batch_size,
             "seed": args.seed,
             "cache_dir": args.cache_dir,
@@ -170,7 +188,7 @@ class Job:
                 Stream(f"{args.mixture}/{name}", weight=w[3], name=name)
                 for name, w in SOURCES.items()
             ]
-            self.ds = StreamingDataset(streams, epoch_size=EPOCH_SIZE, drop_last=True, **common)
+            self.ds = StreamingDataset(streams, **common)
         else:
             self.ds = StreamingDataset(args.data, storage_options=options, **common)
         self.model = DistributedDataParallel(Bigram().to(self.device))
@@ -179,7 +197,8 @@ class Job:
             self.ds, batch_size=None, num_workers=args.workers, pin_memory=cuda
         )
         self.epoch, self.done, self.step = 0, 0, 0  # epoch, its batches done, total steps
-        self.seen: list[int] = []  # ids all ranks trained this epoch, up to the checkpoint
+        # tags of the tokens all ranks trained this epoch, up to the checkpoint
+        self.seen = np.zeros(0, dtype=np.int64)
 
     def save(self) -> None:
         """Checkpoint (rank 0 writes it whole, then renames: a kill never leaves half)."""
@@ -208,7 +227,9 @@ class Job:
             print(f"resumed at epoch {self.epoch}, batch {self.done}", flush=True)
 
     def train_step(self, batch: dict[str, Any]) -> float:
-        tokens = batch["tokens"].to(self.device).long()
+        """Next-token loss on the block's tokens (ids less their tags); a model would mask
+        attention across documents with batch["document_ids"]."""
+        tokens = (batch["input_ids"] % VOCAB).to(self.device)
         logits = self.model(tokens[:, :-1])
         loss = nn.functional.cross_entropy(logits.reshape(-1, VOCAB), tokens[:, 1:].reshape(-1))
         self.optim.zero_grad()
@@ -221,19 +242,20 @@ class Job:
         for epoch in range(self.epoch, self.args.epochs):
             self.ds.set_epoch(epoch)
             self.epoch = epoch
-            mine: list[int] = []  # this rank's ids since the last checkpoint
+            mine: list[np.ndarray] = []  # this rank's token tags since the last checkpoint
             ran = 0
             t0, loss = time.perf_counter(), float("nan")
             self.ds.reset_stats()  # this epoch's: the loop's time waiting for data, below
             for batch in self.ds.timed(self.loader):
                 loss = self.train_step(batch)
-                mine += batch["id"].tolist()
-                ran += len(batch["id"])
+                ids = batch["input_ids"].numpy().ravel()
+                mine.append(ids[ids != EOS] // VOCAB)
+                ran += ids.size
                 self.done, self.step = self.done + 1, self.step + 1
                 if self.args.step_delay:
                     time.sleep(self.args.step_delay)
                 if (every and self.step % every == 0) or (stop and self.step >= stop):
-                    self.seen += gather_ids(mine)
+                    self.seen = np.concatenate([self.seen, gather_tags(_joined(mine))])
                     mine = []
                     self.save()
                 if stop and self.step >= stop:
@@ -245,100 +267,68 @@ class Job:
                         )
                     return
             elapsed = time.perf_counter() - t0
-            trained = self.seen + gather_ids(mine)  # the epoch's, across resumes
-            records = self.world * ran
-            self.seen, self.done = [], 0
-            expected = planned_ids(self.ds, self.world, epoch)
+            trained = np.concatenate([self.seen, gather_tags(_joined(mine))])  # across resumes
+            self.seen, self.done = np.zeros(0, dtype=np.int64), 0
             self.ds.set_epoch(epoch + 1)
             self.save()
             if self.rank == 0:
-                padded = self.world * len(self.ds.sampler)  # a single source's, padding included
                 stats = self.ds.stats()
                 report(
                     epoch,
-                    records,
+                    self.world * ran,
                     elapsed,
                     loss,
                     trained,
-                    expected,
+                    stats,
                     self.world,
-                    padded,
-                    stats["stall_fraction"],
+                    tagged=bool(self.args.mixture),
                 )
                 if self.args.cache_dir:
                     print(cache_line(epoch, stats), flush=True)
 
 
-def planned_ids(ds: StreamingDataset, world: int, epoch: int) -> dict[str, list[list[int]]]:
-    """Per stream of the mixture, the ids every rank's plan assigns to the epoch, grouped by
-    the stream's pass they belong to: the check's reference. A single source (--data, ids
-    of the user's own): {} (the check counts repeats against the padding instead)."""
-    sampler = ds.sampler
-    if not isinstance(sampler, MixtureSampler):
-        return {}
-    out: dict[str, dict[int, list[int]]] = {n: {} for n in sampler.names}
-    for r in range(world):
-        m = MixtureSampler(
-            sampler.sizes,
-            sampler.weights,
-            sampler.epoch_size,
-            world,
-            r,
-            sampler.shuffle,
-            sampler.seed,
-            sampler.drop_last,
-            sampler.window,
-            sampler.names,
-        )
-        m.set_epoch(epoch)
-        part = m.part(0, len(m))
-        for k, pieces in enumerate(part.pieces):
-            first = SOURCES[sampler.names[k]][4]
-            for piece in pieces:
-                group = out[sampler.names[k]].setdefault(piece.pass_index, [])
-                for chunk in piece.plan.chunks(piece.start, piece.stop):
-                    group += (first + m.offsets[k][chunk.shards] + chunk.rows).tolist()
-    return {name: list(groups.values()) for name, groups in out.items()}
+def _joined(parts: list[np.ndarray]) -> np.ndarray:
+    return np.concatenate(parts) if parts else np.zeros(0, dtype=np.int64)
 
 
 def report(
     epoch: int,
-    records: int,
+    tokens: int,
     elapsed: float,
     loss: float,
-    trained: list[int],
-    planned: dict[str, list[list[int]]],
+    trained: np.ndarray,
+    stats: dict[str, Any],
     world: int,
-    padded: int,
-    stall: float | None = None,
+    tagged: bool,
 ) -> None:
-    """Print the epoch's throughput and per-stream records, and check that the records
-    trained (all ranks, across resumes) are exactly the planned ones, each once within its
-    stream's pass; for a single source, that only padding repeats (`padded`: the epoch's
-    records with padding)."""
-    if planned:
-        every = [i for groups in planned.values() for g in groups for i in g]
-        once = all(len(g) == len(set(g)) for groups in planned.values() for g in groups)
-        ok = once and sorted(trained) == sorted(every)
-        per_stream = {n: sum(len(g) for g in groups) for n, groups in planned.items()}
-        streams = " (" + ", ".join(f"{n} {c:,}" for n, c in per_stream.items()) + ")"
-        verdict = f"every one of the {len(every):,} records trained once within its stream's pass"
-        wrong = f"NOT exactly once: {len(trained):,} trained, {len(every):,} planned"
-    else:
-        counts = np.bincount(np.asarray(trained, dtype=np.int64))
-        n = int(np.count_nonzero(counts))
-        padding = padded - n
-        ok = len(trained) == padded and int((counts - 1).clip(min=0).sum()) == padding
-        streams = ""
-        verdict = f"every one of the {n:,} records seen exactly once" + (
-            f" (+{padding} padding repeats, as DistributedSampler pads)" if padding else ""
+    """Print the epoch's tokens/s, each stream's tokens and the tokens dropped; with the
+    generated (tagged) data, check that every token of the data was trained exactly once
+    (across ranks and resumes)."""
+    pack = stats["pack"]
+    figures = pack if "tokens" in pack else None  # one source, or per stream
+    if figures is None:
+        dropped = sum(p["tokens_dropped"] for p in pack.values())
+        streams = (
+            " ("
+            + ", ".join(f"{n} {world * p['blocks_per_rank'] * BLOCK:,}" for n, p in pack.items())
+            + ")"
         )
-        wrong = f"NOT exactly once: {len(trained):,} seen, {padded:,} expected"
+    else:
+        dropped, streams = figures["tokens_dropped"], ""
+    if tagged:
+        every = sum(p["tokens"] - p["documents"] for p in pack.values())  # less their eos
+        once = np.unique(trained).size == trained.size
+        ok = once and trained.size == every
+        verdict = f"every one of the {every:,} tokens trained once"
+        wrong = f"NOT exactly once: {trained.size:,} trained, {np.unique(trained).size:,} distinct"
+    else:
+        ok, verdict, wrong = True, f"{trained.size:,} tokens trained", ""
+    stall = stats["stall_fraction"]
+    waited = "n/a" if stall is None else f"{stall:.0%}"
     print(
-        f"epoch {epoch}: {len(trained):,} records{streams} in {elapsed:.2f}s on {world} "
-        f"ranks ({records / elapsed:,.0f} records/s; rank 0 waited for data "
-        f"{'n/a' if stall is None else f'{stall:.0%}'} of the time), loss {loss:.3f}; "
-        f"{verdict if ok else wrong}",
+        f"epoch {epoch}: {tokens:,} tokens{streams} in {elapsed:.2f}s on {world} ranks "
+        f"({tokens / elapsed:,.0f} tokens/s; rank 0 waited for data {waited} of the time), "
+        f"loss {loss:.3f}; {dropped:,} tokens dropped; {verdict if ok else wrong}",
         flush=True,
     )
     if not ok:

@@ -211,3 +211,62 @@ def test_a_simulated_plan_never_imports_torch() -> None:
     doc, imported = proc.stdout.strip().splitlines()
     assert json.loads(doc)["records"] == 10**9 // 4096 + 1
     assert imported == "False"
+
+
+def test_pack_figures_match_the_dataset(capsys: pytest.CaptureFixture[str], tmp_path: Path) -> None:
+    """--pack-column/--pack-length over a real index: the blocks every rank makes and the
+    tokens dropped are what the packing dataset says; --save-index keeps the token counts,
+    so the saved index packs without reading a token."""
+    import pyarrow as pa
+    import pyarrow.parquet as pq
+
+    from loader import Pack, StreamingDataset
+
+    (tmp_path / "d").mkdir()
+    for s in range(3):
+        rows = [list(range(7 * i % 50 + 1)) for i in range(40 + s)]
+        pq.write_table(
+            pa.table({"ids": pa.array(rows, pa.list_(pa.int32()))}), tmp_path / "d" / f"{s}.parquet"
+        )
+    saved = tmp_path / "t.index.arrow"
+    args = [str(tmp_path / "d"), "--pack-column", "ids", "--pack-length", "64", "--eos", "0"]
+    doc = run_json(capsys, *args, "--world-size", "3", "--save-index", str(saved))
+    ds = StreamingDataset(tmp_path / "d", pack=Pack("ids", 64, eos=0), num_replicas=3, rank=2)
+    figures = ds.stats()["pack"]
+    assert doc["blocks_per_rank"] == len(ds) == figures["blocks_per_rank"] > 0
+    assert doc["tokens"] == figures["tokens"] and doc["tokens_dropped"] == figures["tokens_dropped"]
+    assert doc["tokens_per_rank"] == 64 * len(ds) and doc["block_spread"] == 0
+    assert "tokens:ids" in ShardIndex.load(saved).table.column_names
+
+
+def test_pack_simulation_at_scale_never_imports_torch() -> None:
+    """1,000,000 shards x 4,096 ranks, simulated: closed-form figures, no torch import."""
+    code = (
+        "import sys; from shardstream_scripts.plan_shards import main; "
+        "rc = main(['--simulate-shards', '1000000', '--records-per-shard', '100', "
+        "'--tokens-per-document', '500', '--pack-length', '2049', '--eos', '2', "
+        "'--world-size', '4096', '--json']); assert rc == 0; print('torch' in sys.modules)"
+    )
+    proc = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True)
+    assert proc.returncode == 0, proc.stderr
+    out, imported = proc.stdout.strip().splitlines()
+    doc = json.loads(out)
+    tokens = 10**8 * 501
+    assert doc["tokens"] == tokens
+    assert doc["blocks_per_rank"] == (tokens // 2049) // 4096
+    assert doc["tokens_dropped"] == tokens - 4096 * doc["blocks_per_rank"] * 2049
+    assert imported == "False"
+
+
+@pytest.mark.parametrize(
+    ("argv", "message"),
+    [
+        (["--simulate-shards", "5", "--pack-length", "8"], "needs --tokens-per-document"),
+        (["d", "--pack-length", "8"], "needs --pack-column"),
+        (["d", "--pack-column", "x"], "need --pack-length"),
+    ],
+)
+def test_pack_argument_errors(argv: list[str], message: str) -> None:
+    cmd = [sys.executable, str(REPO / "scripts" / "plan_shards.py"), *argv]
+    proc = subprocess.run(cmd, capture_output=True, text=True)
+    assert proc.returncode == 2 and message in proc.stderr and "Traceback" not in proc.stderr

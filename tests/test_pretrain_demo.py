@@ -1,5 +1,5 @@
-"""scripts/pretrain_demo.py: the README's main job (a 3:1 mixture of two sources), its resume,
-and a rank killed mid-epoch."""
+"""scripts/pretrain_demo.py: the README's main job (packed blocks of a 3:1 token mixture of
+two sources), its resume, and a rank killed mid-epoch."""
 
 from __future__ import annotations
 
@@ -13,8 +13,11 @@ from pathlib import Path
 
 REPO = Path(__file__).resolve().parents[1]
 DEMO = REPO / "scripts" / "pretrain_demo.py"
-EPOCH = re.compile(r"^epoch (\d): ([\d,]+) records (\(.*?\) )?in .* loss ([\d.]+); (.*)$", re.M)
-ONCE = "every one of the 16,000 records trained once within its stream's pass"
+EPOCH = re.compile(
+    r"^epoch (\d): ([\d,]+) tokens (\(.*?\) )?in .* loss ([\d.]+); ([\d,]+) tokens dropped; (.*)$",
+    re.M,
+)
+ONCE = "every one of the 256,086 tokens trained once"
 
 
 def run(*args: str) -> str:
@@ -29,10 +32,10 @@ def test_default_run_two_ranks_two_epochs_of_the_mixture(tmp_path: Path) -> None
     out = run("--checkpoint", str(tmp_path / "ckpt.pt"))
     epochs = EPOCH.findall(out)
     assert [e[0] for e in epochs] == ["0", "1"]
-    for _, records, streams, _, verdict in epochs:
-        assert records == "16,000"
-        assert streams == "(prose 12,000, code 4,000) "  # 3:1
-        assert verdict == ONCE
+    for _, tokens, streams, _, dropped, verdict in epochs:
+        assert tokens == "260,064"  # 2,016 blocks of 129
+        assert streams == "(prose 195,048, code 65,016) "  # 3:1 in tokens
+        assert dropped == "0" and verdict == ONCE
     assert (tmp_path / "ckpt.pt").exists()
     # each epoch says what share of the loop's time went to waiting for data
     assert len(re.findall(r"rank 0 waited for data \d+% of the time\)", out)) == 2
@@ -46,7 +49,7 @@ def test_stop_and_resume_gives_the_uninterrupted_run(tmp_path: Path) -> None:
     resumed = run(*ckpt, "--resume")
     assert "resumed at epoch 0, batch 45" in resumed
     after = EPOCH.findall(resumed)
-    assert [a[4] for a in after] == [s[4] for s in straight] == [ONCE, ONCE]
+    assert [a[5] for a in after] == [s[5] for s in straight] == [ONCE, ONCE]
     assert [a[3] for a in after] == [s[3] for s in straight]  # and the same training
 
 
@@ -77,7 +80,7 @@ def test_a_rank_killed_mid_epoch_resumes_from_the_last_checkpoint(tmp_path: Path
     )
     try:
         deadline = time.monotonic() + 120
-        while not ckpt.exists():  # the first checkpoint: step 20 of 125
+        while not ckpt.exists():  # the first checkpoint: step 20 of 126
             assert proc.poll() is None and time.monotonic() < deadline, "no checkpoint came"
             time.sleep(0.05)
         victim = _rank_pid(str(ckpt), 1)
@@ -92,7 +95,7 @@ def test_a_rank_killed_mid_epoch_resumes_from_the_last_checkpoint(tmp_path: Path
     start = re.search(r"resumed at epoch 0, batch (\d+)", resumed)
     assert start is not None and int(start.group(1)) % 20 == 0 and int(start.group(1)) > 0
     (epoch,) = EPOCH.findall(resumed)
-    assert epoch[4] == ONCE  # counting from the checkpoint: every record once in its pass
+    assert epoch[5] == ONCE  # counting from the checkpoint: every token once
 
 
 def test_cache_dir_serves_the_second_epoch_from_disk(tmp_path: Path, s3) -> None:  # type: ignore[no-untyped-def]
@@ -103,7 +106,7 @@ def test_cache_dir_serves_the_second_epoch_from_disk(tmp_path: Path, s3) -> None
     sys.path.insert(0, str(REPO / "scripts"))
     from pretrain_demo import make_source
 
-    make_source(tmp_path / "src", 4, 500, 0, 0)
+    make_source(tmp_path / "src", 4, 300, 1, 1)
     fs = s3.fs()
     fs.mkdir("demo")
     fs.put(str(tmp_path / "src") + "/", "demo/src/", recursive=True)

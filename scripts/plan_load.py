@@ -1,0 +1,59 @@
+"""shardstream-plan's sources: the index of SOURCE or of each --stream, built (or loaded)
+through scripts/plan_index, which imports the loader only when a source is indexed."""
+
+from __future__ import annotations
+
+import argparse
+import json
+from typing import TYPE_CHECKING, Any
+
+if TYPE_CHECKING:
+    from loader.index.shard_index import ShardIndex
+
+__all__ = ["load_index", "load_streams", "storage_options"]
+
+
+def _indexing() -> Any:
+    """scripts/plan_index (imports the loader: only when a SOURCE is indexed)."""
+    try:
+        import plan_index
+    except ImportError:
+        from shardstream_scripts import plan_index
+    return plan_index
+
+
+def storage_options(args: argparse.Namespace) -> dict[str, Any] | None:
+    try:
+        return json.loads(args.storage_options) if args.storage_options else None
+    except json.JSONDecodeError as e:
+        raise ValueError(f"--storage-options is not valid JSON: {e}") from None
+
+
+def load_streams(args: argparse.Namespace) -> list[ShardIndex | None]:
+    """Each --stream's index (None for a simulated one)."""
+    streams: list[Any] = args.stream
+    if args.save_index:
+        raise ValueError("--save-index saves one dataset's index: plan each stream alone")
+    options = storage_options(args)
+    return [
+        None
+        if a.simulated is not None
+        else _indexing().build_index(
+            a.source, options, args.index_workers, not args.no_sidecars, quiet=args.json
+        )
+        for a in streams
+    ]
+
+
+def load_index(args: argparse.Namespace) -> ShardIndex | None:
+    if args.simulate_shards is not None:
+        return None
+    options = storage_options(args)
+    index = _indexing().build_index(
+        args.source, options, args.index_workers, not args.no_sidecars, quiet=args.json
+    )
+    if args.save_index:
+        index.save(args.save_index, options)
+    if args.write_sidecars:
+        _indexing().save_sidecars(index, options, quiet=args.json)
+    return index
