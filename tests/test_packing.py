@@ -9,6 +9,7 @@ tokens, and no token in two blocks of an epoch.
 
 from __future__ import annotations
 
+import json
 from pathlib import Path
 from typing import Any
 
@@ -430,3 +431,50 @@ def test_mixture_resume_and_elastic_resume(data: Path, second: Path) -> None:
     blocks = taken + [b for r in rest for b in r]
     tokens = [t for b in blocks for t in b[0] if t >= 0]
     assert len(tokens) == len(set(tokens))
+
+
+@pytest.mark.parametrize("workers", [0, 2])
+def test_torchrun_ranks_count_a_share_each_and_make_the_epochs_blocks(
+    data: Path, workers: int
+) -> None:
+    """3 real processes (gloo): each counts a third of the shards' tokens (all-gathered);
+    together they make the first 3 n blocks of the epoch's line, n each, as one process
+    computes them (in the DataLoader's order without workers)."""
+    from .conftest import REPO, torchrun
+
+    out = torchrun(
+        REPO / "tests" / "dist" / "pack_allgather.py", str(data), str(workers), "ok", nproc=3
+    )
+    line = next(x for x in out[0].splitlines() if x.startswith("BLOCKS "))
+    per_rank = json.loads(line[7:])
+    pack = Pack("input_ids", 16, eos=-1)
+    (whole,) = epoch_blocks(data, pack, 1, seed=4)
+    n = len(whole) // 3
+    assert [len(r) for r in per_rank] == [n] * 3
+    for r, got in enumerate(per_rank):
+        want = [b[0] for b in whole[r * n : (r + 1) * n]]
+        got = [tuple(b) for b in got]
+        # workers' batches arrive in turn: the same blocks, in the order the loader takes them
+        assert got == want if workers == 0 else sorted(got) == sorted(want)
+
+
+def test_torchrun_a_shard_that_fails_to_count_fails_every_rank(tmp_path: Path) -> None:
+    from .conftest import REPO, torchrun
+
+    for s in range(4):
+        rows = [[s * 1000 + i] * (i + 1) for i in range(20)]
+        pq.write_table(
+            pa.table({"input_ids": pa.array(rows, pa.list_(pa.int64()))}), tmp_path / f"{s}.parquet"
+        )
+    index = ShardIndex.build(str(tmp_path))
+    (tmp_path / "3.parquet").write_bytes(b"PAR1 not a parquet file PAR1")
+    index.save(tmp_path / "i.index.arrow")
+    out = torchrun(
+        REPO / "tests" / "dist" / "pack_allgather.py",
+        str(tmp_path / "i.index.arrow"),
+        "0",
+        "broken",
+        nproc=2,
+    )
+    for rank_out in out:
+        assert "ERROR StaleIndexError" in rank_out and "3.parquet" in rank_out

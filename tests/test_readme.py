@@ -16,6 +16,7 @@ from pathlib import Path
 
 import numpy as np
 import pytest
+import torch
 import webdataset as wds
 from PIL import Image
 
@@ -245,3 +246,29 @@ def test_every_relative_link_leads_somewhere() -> None:
                 assert anchor in anchors(dest), f"{path.name}: {target}: no such heading"
             checked += 1
     assert checked >= 20
+
+
+def test_the_pretraining_recipe_writes_tokens_and_packs_them(workdir: Path) -> None:
+    """A tokenizer.json of the user's (here a word-level one trained on the spot: the tests
+    reach no hub) and a text column: the recipe writes token shards and packs them."""
+    import pyarrow as pa
+    import pyarrow.parquet as pq
+    from tokenizers import Tokenizer, models, pre_tokenizers, trainers
+
+    rng = np.random.default_rng(3)
+    words = [f"w{i}" for i in range(300)]
+    texts = [" ".join(rng.choice(words, int(rng.integers(5, 200)))) for _ in range(12_000)]
+    pq.write_table(pa.table({"text": texts}), workdir / "data/text.parquet")
+    tok = Tokenizer(models.WordLevel(unk_token="[UNK]"))
+    tok.pre_tokenizer = pre_tokenizers.Whitespace()
+    tok.train_from_iterator(texts, trainers.WordLevelTrainer(special_tokens=["[EOS]", "[UNK]"]))
+    tok.save(str(workdir / "tokenizer.json"))
+    (code,) = blocks("### Pretraining on tokens")
+    scope = run(PRELUDE + code)
+    shards = sorted((workdir / "data/tokens").glob("*.parquet"))
+    assert len(shards) == 2 and pq.ParquetFile(shards[0]).metadata.num_row_groups == 10
+    tokens = sum(len(t.split()) + 1 for t in texts)  # each document's words and its eos
+    assert scope["steps"] == -(-(tokens // 129) // 8)
+    assert tuple(scope["tokens"].shape)[1] == 129 and scope["tokens"].dtype == torch.int64  # type: ignore[attr-defined]
+    first = scope["ds"].stats()["pack"]  # type: ignore[attr-defined]
+    assert first["tokens"] == tokens and first["blocks_per_rank"] == tokens // 129

@@ -38,7 +38,7 @@ from .assemble import assemble_rows, from_ipc, scanned_rows, to_ipc
 from .build import SCAN_BATCH, Listing, discover, scan, shares
 from .shard_index import INDEX_SUFFIXES, ShardIndex
 
-__all__ = ["build_distributed", "build_parallel", "shared_index"]
+__all__ = ["Failure", "build_distributed", "build_parallel", "shared_index"]
 
 log = logging.getLogger(__name__)
 
@@ -59,7 +59,7 @@ _KNOWN = {
 
 
 @dataclass(frozen=True)
-class _Failure:
+class Failure:
     """An exception as it travels between processes (any exception pickles this way)."""
 
     kind: str
@@ -67,7 +67,7 @@ class _Failure:
     where: str
 
     @classmethod
-    def of(cls, e: BaseException, where: str) -> _Failure:
+    def of(cls, e: BaseException, where: str) -> Failure:
         return cls(type(e).__name__, str(e), where)
 
     def error(self) -> Exception:
@@ -85,14 +85,14 @@ def _scan_part(
     storage_options: dict[str, Any] | None,
     retry: RetryPolicy,
     where: str,
-) -> bytes | _Failure:
+) -> bytes | Failure:
     """The rows of the shards at `positions` (scanned here), as Arrow IPC bytes: arrays
     travel between processes, not a pickled object a shard."""
     try:
         scanned = scan(listing.part(positions), storage_options, retry)
         return to_ipc(scanned_rows(scanned, positions))
     except Exception as e:  # travels to every process, raised there
-        return _Failure.of(e, where)
+        return Failure.of(e, where)
 
 
 def _index(
@@ -131,7 +131,7 @@ def build_distributed(
     t2 = time.perf_counter()
     gathered: list[Any] = [None] * world
     dist.all_gather_object(gathered, part)
-    failed = [g for g in gathered if isinstance(g, _Failure)]
+    failed = [g for g in gathered if isinstance(g, Failure)]
     if failed:
         raise failed[0].error()
     t3 = time.perf_counter()
@@ -180,11 +180,11 @@ def _broadcast_listing(
             data = discover(source, storage_options, retry).to_buffer()
             box[0] = (data.size, time.perf_counter() - t0)
         except Exception as e:
-            box[0] = _Failure.of(e, "on rank 0, listing the source")
+            box[0] = Failure.of(e, "on rank 0, listing the source")
     else:
         _connect(source, storage_options)  # while rank 0 lists
     dist.broadcast_object_list(box, src=0)
-    if isinstance(box[0], _Failure):
+    if isinstance(box[0], Failure):
         raise box[0].error()
     if rank == 0:
         with warnings.catch_warnings():  # read-only, and only read: the source of the send
@@ -219,9 +219,9 @@ def _broadcast_saved(source: str, storage_options: dict[str, Any] | None) -> Sha
         try:
             box[0] = ShardIndex.load(source, storage_options)  # pickles as its arrays
         except Exception as e:
-            box[0] = _Failure.of(e, "on rank 0, loading the saved index")
+            box[0] = Failure.of(e, "on rank 0, loading the saved index")
     dist.broadcast_object_list(box, src=0)
-    if isinstance(box[0], _Failure):
+    if isinstance(box[0], Failure):
         raise box[0].error()
     index: ShardIndex = box[0]
     return index
@@ -278,7 +278,7 @@ def build_parallel(
             for future in finished:
                 batch = pending.pop(future)
                 got = future.result()
-                if isinstance(got, _Failure):
+                if isinstance(got, Failure):
                     for other in pending:
                         other.cancel()
                     raise got.error()
