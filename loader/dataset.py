@@ -285,7 +285,14 @@ class StreamingDataset(DatasetBase):
             prefetch=self.prefetch,
             memory_budget=self.memory_budget // max(1, workers),
             stats=stats,
-            cache=self.node.cache(self.sampler, self._name_of, worker, workers),
+            cache=self.node.cache(
+                # packing reads blocks, not the record plan: its cache evicts the least
+                # recently read (loader.cache.locality)
+                None if self.packing else self.sampler,
+                self._name_of,
+                worker,
+                workers,
+            ),
         )
         if self.packing is not None:
             runs_of_blocks = self.packing.runs(
