@@ -193,3 +193,55 @@ def test_gathered_documents_are_what_arrow_takes(groups: list[Any], data: Any) -
     want = [groups[b][r] or [] for b, r in order]
     assert got.lengths.tolist() == [len(w) for w in want]
     assert got.values.tolist() == [t for w in want for t in w]
+
+
+@settings(max_examples=150, deadline=None)
+@given(
+    st.lists(st.integers(1, 400), min_size=1, max_size=4),
+    st.lists(st.integers(1, 20), min_size=4, max_size=4),
+    st.integers(1, 6),
+    st.integers(0, 4),
+)
+def test_token_mixtures_count_blocks_by_weight(
+    blocks: list[int], weights: list[int], replicas: int, epoch: int
+) -> None:
+    """A packed mixture's planner (loader.tokens.mixing: one pseudo-shard of a pass's
+    blocks a stream, in order, drop_last): every rank takes the same c_k blocks of stream
+    k an epoch, within one block of its weight's share (a block is `length` tokens, so the
+    tokens' share is within one block too), and each rank's blocks of a pass are one
+    contiguous run of the pass's block line, disjoint across ranks."""
+    from sampler import MixtureSampler
+
+    weights = weights[: len(blocks)]
+    if any(b < replicas for b in blocks):
+        return  # refused: a stream with fewer blocks a pass than ranks
+    epoch_size = sum(blocks)
+    names = [f"s{k}" for k in range(len(blocks))]
+    taken: dict[tuple[int, int], list[tuple[int, int]]] = {}
+    counts = None
+    for rank in range(replicas):
+        m = MixtureSampler(
+            [[b] for b in blocks],
+            weights,
+            epoch_size,
+            replicas,
+            rank,
+            shuffle=False,
+            drop_last=True,
+            names=names,
+        )
+        m.set_epoch(epoch)
+        length = epoch_size // replicas
+        assert counts is None or m.epoch_counts() == counts
+        counts = m.epoch_counts()
+        for k, c in enumerate(counts):
+            assert abs(c - length * weights[k] / sum(weights)) < 1
+        part = m.part(0, len(m))
+        for k, pieces in enumerate(part.pieces):
+            for p in pieces:
+                base = int(p.plan.starts[0])
+                assert p.plan.shards.tolist() == [0] and p.plan.keys is None
+                taken.setdefault((k, p.pass_index), []).append((base + p.start, base + p.stop))
+    for runs in taken.values():  # within a pass, ranks' block ranges never overlap
+        runs.sort()
+        assert all(a1 <= b0 for (_, a1), (b0, _) in itertools.pairwise(runs))
