@@ -8,13 +8,21 @@ from __future__ import annotations
 
 from collections.abc import Iterable, Iterator, Sequence
 from dataclasses import dataclass
+from typing import Any
 
 import numpy as np
 import numpy.typing as npt
 
 from .plan import Plan
 
-__all__ = ["MixturePart", "PassPiece", "Taker", "merge_streams", "piece_records"]
+__all__ = [
+    "MixturePart",
+    "PassPiece",
+    "Taker",
+    "merge_streams",
+    "piece_records",
+    "segment_parts",
+]
 
 I64Array = npt.NDArray[np.int64]
 
@@ -84,3 +92,17 @@ class Taker:
             n -= parts[-1].size
             self._head = self._head[parts[-1].size :]
         return np.concatenate(parts) if parts else np.zeros(0, dtype=np.int64)
+
+
+def segment_parts(
+    segments: Iterable[tuple[int, int, int, int]], planner_for: Any, root: Any
+) -> Iterator[tuple[int, Any, MixturePart, Taker]]:
+    """Per segment (rank, worker, a, b: positions [a, b) of that worker's part in the
+    layout `root` the epoch started in: its num_replicas, num_workers and item), in order:
+    its length, that rank's planner (``planner_for(num_replicas, rank)``: a
+    MixtureSampler of the epoch), the part it reads and a Taker of its stream ids."""
+    for rank, worker, a, b in segments:
+        planner = planner_for(root.num_replicas, rank)
+        lo, _ = planner.worker_range(worker, max(1, root.num_workers), root.item)
+        part = planner.part(lo + a, lo + b)
+        yield b - a, planner, part, Taker(planner.stream_ids(lo + a, lo + b))

@@ -10,7 +10,7 @@ from typing import Any
 
 import numpy as np
 
-from sampler.mixture_read import Taker
+from sampler.mixture_read import segment_parts
 from sampler.resume import Segment
 
 from ..columns.placement import Placement
@@ -172,11 +172,7 @@ def mixed_parts(
     step, batch, pad = shape
     done = 0
     try:
-        for rank, worker, a, b in segments:
-            planner = planner_for(root.num_replicas, rank)
-            lo, _ = planner.worker_range(worker, max(1, root.num_workers), root.item)
-            part = planner.part(lo + a, lo + b)
-            ids = Taker(planner.stream_ids(lo + a, lo + b))
+        for left, _, part, ids in segment_parts(segments, planner_for, root):
             streams = [
                 StreamRows(
                     reader.parts([(p.plan, p.start, p.stop) for p in part.pieces[k]], step),
@@ -189,7 +185,6 @@ def mixed_parts(
             ]
             try:
                 start_all(streams, concurrent=not all(r.local for r in readers))
-                left = b - a
                 while left > 0:
                     n = min(left, step - done % step)
                     yield merge(ids.take(n), streams, batch, pad)

@@ -21,7 +21,7 @@ from typing import Any
 import numpy as np
 import numpy.typing as npt
 
-from sampler.mixture_read import Taker
+from sampler.mixture_read import segment_parts
 from sampler.packing import PackLine
 from sampler.resume import Segment
 
@@ -128,16 +128,11 @@ def mixed_blocks(
     """The segments' positions in order as blocks and the stream index of each, at most
     `step` positions a chunk. `planner_for(num_replicas, rank)`: the epoch's MixtureSampler of
     that rank in the layout the epoch started in (`root`)."""
-    for rank, worker, a, b in segments:
-        planner = planner_for(root.num_replicas, rank)
-        lo, _ = planner.worker_range(worker, max(1, root.num_workers), root.item)
-        part = planner.part(lo + a, lo + b)
-        ids = Taker(planner.stream_ids(lo + a, lo + b))
+    for left, planner, part, ids in segment_parts(segments, planner_for, root):
         queues = [
             BlockQueue(_stream_blocks(k, part.pieces[k], planner, lines, reader), names[k])
             for k, reader in enumerate(readers)
         ]
-        left = b - a
         while left > 0:
             n = min(left, step)
             which = ids.take(n)
