@@ -13,9 +13,11 @@ import itertools
 from typing import Any
 
 import numpy as np
+import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
+from loader.errors import StaleIndexError
 from loader.tokens.pack import Pack
 from loader.tokens.packer import pack_run
 from loader.tokens.rows import TokenRows
@@ -245,3 +247,22 @@ def test_token_mixtures_count_blocks_by_weight(
     for runs in taken.values():  # within a pass, ranks' block ranges never overlap
         runs.sort()
         assert all(a1 <= b0 for (_, a1), (b0, _) in itertools.pairwise(runs))
+
+
+def test_documents_that_differ_from_the_counts_are_a_stale_index() -> None:
+    """A run whose documents hold other token counts than the index's (a shard rewritten
+    with the same size and version, counts from another file) is a StaleIndexError
+    naming the run, never blocks cut in the wrong places."""
+    pack = Pack("t", 4, eos=-1)
+    lengths = np.array([3, 5, 2, 6], dtype=np.int64)
+    line = PackLine(np.array([4]), pack.places(lengths), seed=0, epoch=0, shuffle=False, window=1)
+    run = line.run(0, line.total // 4, 4)
+    assert run is not None
+    for wrong in ([3, 5, 2, 7], [3, 5, 2, 2]):
+        docs = [list(range(n)) for n in wrong]
+        part = TokenRows(
+            np.array([t for d in docs for t in d], dtype=np.int64),
+            np.array(wrong, dtype=np.int64),
+        )
+        with pytest.raises(StaleIndexError, match=r"blocks 0\.\.4"):
+            list(pack_run([part], pack, run, "blocks 0..4 (shards x)"))
