@@ -164,7 +164,7 @@ def cpu_seconds() -> float:
 def measure(name: str, root: Path, args: argparse.Namespace) -> dict[str, float]:
     import torch  # noqa: F401  (imports are not read time)
 
-    import loader.dataset  # noqa: F401
+    import loader.dataset
     import loader.tokens.packing  # noqa: F401
 
     pa.array([0]).to_numpy()  # pyarrow's first to_numpy imports pandas (~0.2 s): not read time
