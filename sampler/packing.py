@@ -74,7 +74,9 @@ class PackLine:
     """One epoch's token line (see the module docstring).
 
     `sizes` (S,) documents per shard; `tokens` (N,) places of each document by global
-    record id; the rest as `ShardSampler` takes them (`window` 1 without shuffle)."""
+    record id; `per_shard` (S,) their sums (`shard_tokens`: pass it when making lines of
+    many epochs, so each costs O(shards), not O(documents)); the rest as `ShardSampler`
+    takes them (`window` 1 without shuffle)."""
 
     def __init__(
         self,
@@ -86,6 +88,7 @@ class PackLine:
         shuffle: bool,
         window: int,
         groups: Groups | None = None,
+        per_shard: I64Array | None = None,
     ) -> None:
         self.sizes = np.asarray(sizes, dtype=np.int64)
         self.tokens = np.asarray(tokens, dtype=np.int64)
@@ -94,7 +97,9 @@ class PackLine:
         self.window = window if shuffle else 1
         self.groups = groups
         self.line: EpochLine = epoch_line(self.sizes, seed, epoch, shuffle)
-        per_shard = shard_tokens(self.sizes, self.tokens)[self.line.shards]
+        if per_shard is None:
+            per_shard = shard_tokens(self.sizes, self.tokens)
+        per_shard = np.asarray(per_shard, dtype=np.int64)[self.line.shards]
         firsts = np.arange(0, per_shard.size, self.window)
         # (K+1,) places and documents before each interleaved block, then the totals
         self.block_places = np.concatenate(([0], np.cumsum(np.add.reduceat(per_shard, firsts))))

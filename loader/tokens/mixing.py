@@ -59,16 +59,14 @@ class BlockQueue:
                     raise ShardError(f"stream {self.name!r} ran out of blocks: its plan is wrong")
                 self._held = got
             k = min(n, self._held[0].shape[0])
-            out.append((self._held[0][:k], self._held[1][:k], self._held[2][:k]))
-            self._held = (self._held[0][k:], self._held[1][k:], self._held[2][k:])
+            tokens, positions, document = self._held
+            out.append((tokens[:k], positions[:k], document[:k]))
+            self._held = (tokens[k:], positions[k:], document[k:])
             n -= k
         if len(out) == 1:
             return out[0]
-        return (
-            np.concatenate([o[0] for o in out]),
-            np.concatenate([o[1] for o in out]),
-            np.concatenate([o[2] for o in out]),
-        )
+        tokens, positions, document = (np.concatenate(arrays) for arrays in zip(*out))
+        return tokens, positions, document
 
 
 class Lines:
@@ -86,15 +84,8 @@ class Lines:
     def get(self, k: int, pass_index: int, seed: int) -> PackLine:
         key = (k, pass_index)
         if key not in self._held:
-            packing = self.packings[k]
-            self._held[key] = PackLine(
-                packing.index.shard_sizes,
-                packing.places,
-                seed=seed,
-                epoch=pass_index,
-                shuffle=self.shuffle,
-                window=self.window,
-                groups=self.groups[k],
+            self._held[key] = self.packings[k].line(
+                seed, pass_index, self.shuffle, self.window, self.groups[k]
             )
             if len(self._held) > _LINES:
                 self._held.popitem(last=False)

@@ -10,7 +10,7 @@ import numpy as np
 import numpy.typing as npt
 import pyarrow as pa
 
-from sampler.checks import IntLike, as_int
+from sampler.checks import as_int
 
 from ..columns.kinds import Kind
 
@@ -55,10 +55,8 @@ class Pack:
         return np.where(lengths > 0, lengths + self.separators, 0)
 
 
-def check_token_column(schema: pa.Schema, pack: Pack | IntLike | object) -> None:
+def check_token_column(schema: pa.Schema, pack: Pack) -> None:
     """ValueError unless `schema` has `pack.column` as a list of integers."""
-    if not isinstance(pack, Pack):
-        raise TypeError(f"pack must be a loader.Pack, got {type(pack).__name__}")
     if pack.column not in schema.names:
         raise ValueError(f"Pack column {pack.column!r} is not in the data: {schema.names}")
     t = schema.field(pack.column).type

@@ -7,7 +7,7 @@ from collections.abc import Iterable, Iterator
 from typing import Any
 
 from sampler.epoch import worker_span
-from sampler.packing import PackLine, PackRun, blocks_per_rank, dropped
+from sampler.packing import PackLine, PackRun, blocks_per_rank, dropped, shard_tokens
 from sampler.resume import Segment
 
 from ..formats import Format
@@ -41,7 +41,9 @@ class Packing:
         self.pack = pack
         self.index = index
         self.places = pack.places(document_lengths(index, fmt, pack.column, storage_options))
-        self.total = int(self.places.sum())
+        self.sizes = index.shard_sizes
+        self.per_shard = shard_tokens(self.sizes, self.places)  # once: lines cost O(shards)
+        self.total = int(self.per_shard.sum())
         self.blocks = self.total // pack.length
         if blocks_per_rank(self.total, pack.length, num_replicas) < 1:
             raise ValueError(
@@ -59,6 +61,19 @@ class Packing:
             "tokens_dropped": dropped(self.total, self.pack.length, num_replicas),
         }
 
+    def line(self, seed: int, epoch: int, shuffle: bool, window: int, groups: Any) -> PackLine:
+        """The token line of `epoch` (a mixture's stream: of a pass) for these documents."""
+        return PackLine(
+            self.sizes,
+            self.places,
+            seed=seed,
+            epoch=epoch,
+            shuffle=shuffle,
+            window=window,
+            groups=groups,
+            per_shard=self.per_shard,
+        )
+
     def runs(
         self,
         sampler: Any,
@@ -72,15 +87,7 @@ class Packing:
         in the layout the epoch started in, of `rank_blocks` blocks a rank, `num_workers`
         workers, cut at multiples of `item`), in order. `sampler`: the dataset's
         ShardSampler (seed, shuffle, window, groups)."""
-        line = PackLine(
-            sampler.sizes,
-            self.places,
-            seed=sampler.seed,
-            epoch=epoch,
-            shuffle=sampler.shuffle,
-            window=sampler.window,
-            groups=sampler.groups,
-        )
+        line = self.line(sampler.seed, epoch, sampler.shuffle, sampler.window, sampler.groups)
         out = []
         for rank, worker, a, b in segments:
             lo, _ = worker_span(rank, rank_blocks, worker, max(1, num_workers), item)
