@@ -7,12 +7,15 @@ import re
 __all__ = ["ShardError", "StaleIndexError", "StaleSidecarError", "redact"]
 
 _USERINFO = re.compile(r"(?<=://)[^/@\s]+@")
+# secrets inside query strings and connection strings: an Azure SAS signature, an account key
+_SECRETS = re.compile(r"(?i)\b(sig|accountkey|sharedaccesssignature)=[^&;\s'\"]+")
 
 
 def redact(url: str) -> str:
-    """The URL with any embedded credentials (``scheme://user:pass@host``) replaced, for
-    messages and logs."""
-    return _USERINFO.sub("***@", str(url))
+    """The URL (or message) with embedded credentials replaced, for messages and logs:
+    ``scheme://user:pass@host``, an Azure SAS ``sig=``, a connection string's
+    ``AccountKey=``."""
+    return _SECRETS.sub(r"\1=***", _USERINFO.sub("***@", str(url)))
 
 
 class ShardError(Exception):

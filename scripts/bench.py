@@ -2,6 +2,7 @@
 
     python scripts/bench.py [--shards 16] [--records-per-shard 10000] [--rounds 3]
                             [--s3] [--peers] [--scale 10] [--budgets 16,64] [--json]
+                            [--stores s3,gcs,azure]
                             [--s3-latency MS --s3-bandwidth MBPS [--s3-concurrency N]]
                             [--row-group 2000] [--batch 256] [--tokens 128]
                             [--text-chars A-B] [--no-tar] [--only a,b]
@@ -26,6 +27,9 @@ measurement in its own process (so peak RSS is its own) --rounds times and repor
           WebDataset on the tar shards, Hugging Face datasets streaming the Parquet shards
           with split_dataset_by_node, torch's DistributedSampler over a map-style Parquet
           dataset.
+  stores  (--stores s3,gcs,azure) the Parquet shards in a local server of each store
+          (moto, gcp-storage-emulator, Azurite): plain pyarrow reading them through the
+          store's own fsspec filesystem (the limit), and ours in batch mode;
   shaped  (--s3-latency, --s3-bandwidth) the same bucket behind a proxy that delays each
           answer's first byte by MS and caps each connection at MBPS MB/s, as a remote
           object store would: the raw limit (exactly the byte ranges our loader fetches,
@@ -61,6 +65,7 @@ try:  # run as scripts/bench.py, or installed as shardstream_scripts
     from bench_measure import measure_one, run_isolated, summarize
     from bench_runs import RUNS, chosen
     from bench_s3 import moto_server, shaped
+    from bench_stores import store_servers
     from bench_table import report
 except ImportError:
     from shardstream_scripts import bench_data
@@ -68,6 +73,7 @@ except ImportError:
     from shardstream_scripts.bench_measure import measure_one, run_isolated, summarize
     from shardstream_scripts.bench_runs import RUNS, chosen
     from shardstream_scripts.bench_s3 import moto_server, shaped
+    from shardstream_scripts.bench_stores import store_servers
     from shardstream_scripts.bench_table import report
 
 
@@ -90,6 +96,12 @@ def main() -> None:
     p.add_argument("--rounds", type=int, default=3)
     p.add_argument("--s3", action="store_true", help="also measure through a local S3 server")
     p.add_argument("--peers", action="store_true", help="also measure the peers")
+    p.add_argument(
+        "--stores",
+        default="",
+        help="also read the Parquet shards from these stores' local servers, plain pyarrow "
+        "and ours (s3,gcs,azure; s3 needs --s3)",
+    )
     p.add_argument("--scale", type=int, default=0, help="also run ours on a N times larger set")
     p.add_argument("--budgets", default="", help="also run ours with these budgets (MiB, a,b)")
     p.add_argument("--s3-latency", type=float, help="shaped S3: ms before each first byte")
@@ -151,6 +163,12 @@ def main() -> None:
         with moto_server(parquet, tars) if args.s3 else _nothing() as endpoint:
             for name in tqdm(names, desc="measuring", leave=False):
                 measure(name, tmp / "data", endpoint or None)
+            kinds = [k for k in args.stores.split(",") if k]
+            with store_servers(kinds, parquet, endpoint or None) as endpoints:
+                for kind, at in endpoints.items():
+                    for name in [n for n, v in RUNS.items() if v[1] == f"store {kind}"]:
+                        if chosen(name, args.only):
+                            measure(name, tmp / "data", at)
         for mib in [int(b) for b in args.budgets.split(",") if b]:
             measure("ours batch local w0, budget", tmp / "data", None, {"budget": mib << 20})
             rows[-1]["run"] = f"ours batch local w0, budget {mib} MiB"

@@ -19,6 +19,7 @@ try:  # run as scripts/bench.py, or installed as shardstream_scripts
         peer_webdataset_http,
         peer_webdataset_s3,
     )
+    from bench_stores import store_runs
 except ImportError:
     from shardstream_scripts.bench_data import SMALL, tar_shards
     from shardstream_scripts.bench_limits import (
@@ -37,6 +38,7 @@ except ImportError:
         peer_webdataset_http,
         peer_webdataset_s3,
     )
+    from shardstream_scripts.bench_stores import store_runs
 
 # name -> (limit it is compared with, group, builder(data, endpoint, storage options) -> run)
 RUNS: dict[str, tuple[str, str, Callable[[Path, str | None, dict[str, Any]], Iterator[int]]]] = {
@@ -177,6 +179,8 @@ RUNS: dict[str, tuple[str, str, Callable[[Path, str | None, dict[str, Any]], Ite
         lambda d, e, o: peer_webdataset_http(str(e)),
     ),
 }
+# per object store (--stores): the plain pyarrow read of the Parquet shards, and ours
+RUNS.update(store_runs())
 
 
 def chosen(name: str, only: str) -> bool:

@@ -1,7 +1,13 @@
-"""A small HTTP proxy in front of the S3 server, on loopback: counts bytes, injects faults,
-shapes the network.
+"""A small HTTP proxy in front of an object store's server (S3's moto, the GCS and Azure
+emulators, a plain HTTP server), on loopback: counts bytes, injects faults, shapes the
+network.
 
 Real HTTP end to end (s3fs -> proxy -> moto): nothing in s3fs or botocore is patched.
+Faults also play the servers that misbehave: one ignoring ``Range`` (the header is
+dropped on the way, the server answers 200 and the whole object), one sending a shorter
+or a shifted range than asked (the header is changed on the way; the answer's
+``Content-Range`` truthfully names what was sent), one refusing requests that carry no
+``Authorization`` (as GCS does; its emulator checks no credentials).
 Tests and bench.py point `endpoint_url` at the proxy; afterwards `bytes_served` says what
 was fetched. With faults on, a seeded random draw per GET answers 503 SlowDown, or sends
 the headers and half the body and then drops the connection (a reset mid-body). With
@@ -11,8 +17,10 @@ body flows at most `mbps` MB/s: a local server behaves like a remote object stor
 
 from __future__ import annotations
 
+import contextlib
 import http.client
 import random
+import re
 import socket
 import threading
 import time
@@ -23,6 +31,11 @@ from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from urllib.parse import urlsplit
 
 _HOP = {"connection", "keep-alive", "transfer-encoding", "te", "trailers", "upgrade"}
+_RANGE = re.compile(r"bytes=(\d+)-(\d+)")
+_UNAUTHORIZED = (
+    b'{"error": {"code": 401, "message": "Anonymous caller does not have '
+    b'storage.objects.get access to the object."}}'
+)
 _SLOWDOWN = (
     b'<?xml version="1.0" encoding="UTF-8"?><Error><Code>SlowDown</Code>'
     b"<Message>Please reduce your request rate.</Message></Error>"
@@ -37,6 +50,8 @@ class Faults:
     reset: float = 0.0  # send half the body, then drop the connection
     every_get: bool = False  # answer 503 to every GET
     seed: int = 0
+    range_edit: str | None = None  # "drop", "short" (half) or "shifted" (+1): the Range asked
+    unauthorized: int = 0  # answer this status to requests without an Authorization header
 
 
 @dataclass(frozen=True)
@@ -79,6 +94,7 @@ class CountingProxy:
         self.gets: list[tuple[str, str | None]] = []  # (path, Range header) of each GET
         self.faulted: list[tuple[str, str]] = []  # (fault, path) of each injected fault
         self._lock = threading.Lock()
+        self._connections: set[socket.socket] = set()  # open client connections
         proxy = self
 
         class Handler(BaseHTTPRequestHandler):
@@ -86,6 +102,16 @@ class CountingProxy:
 
             def log_message(self, *args: object) -> None:
                 pass
+
+            def setup(self) -> None:
+                super().setup()
+                with proxy._lock:
+                    proxy._connections.add(self.connection)
+
+            def finish(self) -> None:
+                with proxy._lock:
+                    proxy._connections.discard(self.connection)
+                super().finish()
 
             def _forward(self) -> None:
                 length = int(self.headers.get("Content-Length") or 0)
@@ -101,7 +127,16 @@ class CountingProxy:
                 if fault == "slowdown":
                     self._answer(503, _SLOWDOWN, {"Content-Type": "application/xml"})
                     return
+                refuse = proxy.faults.unauthorized
+                if refuse and not self.headers.get("Authorization"):
+                    with proxy._lock:
+                        proxy.faulted.append(("unauthorized", self.path))
+                    self._answer(refuse, _UNAUTHORIZED, {"Content-Type": "application/json"})
+                    return
                 headers = {k: v for k, v in self.headers.items() if k.lower() not in _HOP}
+                if self.command == "GET" and proxy._edit_range(headers):
+                    with proxy._lock:
+                        proxy.faulted.append((f"range {proxy.faults.range_edit}", self.path))
                 conn = http.client.HTTPConnection(*proxy.upstream, timeout=30)
                 try:
                     conn.request(self.command, self.path, body=body, headers=headers)
@@ -164,6 +199,24 @@ class CountingProxy:
         self.server.daemon_threads = True
         self.url = f"http://127.0.0.1:{self.server.server_address[1]}"
 
+    def _edit_range(self, headers: dict[str, str]) -> bool:
+        """The Range header as `faults.range_edit` says: dropped, halved or shifted
+        (whether it was changed)."""
+        edit = self.faults.range_edit
+        # Azure's SDK asks with x-ms-range, the others with Range
+        name = next((k for k in headers if k.lower() in ("range", "x-ms-range")), None)
+        found = _RANGE.fullmatch(headers.get(name or "", "").strip())
+        if edit is None or name is None or found is None:
+            return False
+        first, last = int(found.group(1)), int(found.group(2))
+        if edit == "drop":
+            del headers[name]
+        elif edit == "short" and last > first:
+            headers[name] = f"bytes={first}-{first + (last - first) // 2}"
+        elif edit == "shifted":
+            headers[name] = f"bytes={first + 1}-{last + 1}"
+        return True
+
     def _draw(self) -> str | None:
         with self._lock:
             if self.faults.every_get:
@@ -193,3 +246,9 @@ def counting_proxy(
     finally:
         proxy.server.shutdown()
         proxy.server.server_close()
+        # and the kept-alive connections: a closed proxy is a dead endpoint, not one that
+        # still answers on the connections its clients pooled
+        with proxy._lock:
+            for connection in list(proxy._connections):
+                with contextlib.suppress(OSError):
+                    connection.shutdown(socket.SHUT_RDWR)

@@ -1,4 +1,5 @@
-"""Shared fixtures: a real S3 endpoint (moto's standalone server) on 127.0.0.1."""
+"""Shared fixtures: real object stores on 127.0.0.1 (moto's S3 server, gcp-storage-emulator,
+Azurite, a plain HTTP server), and torchrun."""
 
 from __future__ import annotations
 
@@ -118,6 +119,52 @@ def s3(s3_endpoint: str, monkeypatch: pytest.MonkeyPatch) -> Iterator[S3]:
     s3fs.S3FileSystem.clear_instance_cache()
     yield S3(s3_endpoint)
     s3fs.S3FileSystem.clear_instance_cache()
+
+
+@pytest.fixture(scope="session")
+def gcs_endpoint() -> Iterator[str]:
+    """URL of a gcp-storage-emulator started for this test session."""
+    from scripts.emulators import gcs_emulator
+
+    with gcs_emulator() as url:
+        yield url
+
+
+@pytest.fixture(scope="session")
+def azurite_endpoint() -> Iterator[str]:
+    """URL of an Azurite blob service started for this test session."""
+    from scripts.emulators import azurite
+
+    with azurite() as url:
+        yield url
+
+
+STORES = ["s3", "gcs", "azure", "http"]
+
+
+@pytest.fixture(params=STORES)
+def store(request: pytest.FixtureRequest, tmp_path: Path) -> Iterator[object]:
+    """Each object store in turn (tests/stores.py), with a fresh bucket for this test."""
+    from .httpd import http_server
+    from .stores import new_bucket
+
+    kind = request.param
+    if kind == "s3":
+        yield new_bucket("s3", request.getfixturevalue("s3").endpoint_url)
+    elif kind == "gcs":
+        yield new_bucket("gcs", request.getfixturevalue("gcs_endpoint"))
+    elif kind == "azure":
+        yield new_bucket("azure", request.getfixturevalue("azurite_endpoint"))
+    else:
+        folder = tmp_path / "served"
+        folder.mkdir()
+        with http_server(folder, ranges=True) as url:
+            yield new_bucket("http", url, folder)
+    for name in ("gcsfs.core", "adlfs"):  # the filesystems a test opened: none outlive it
+        module = sys.modules.get(name)
+        if module is not None:
+            cls = module.GCSFileSystem if name == "gcsfs.core" else module.AzureBlobFileSystem
+            cls.clear_instance_cache()
 
 
 def torchrun(

@@ -233,7 +233,8 @@ def test_reading_a_changed_shard_raises_stale_index(tmp_path: Path, workers: int
 
 
 def test_s3_clients_keep_64_connections(s3: Any) -> None:
-    from loader.storage.filesystems import S3_CONCURRENCY, filesystem
+    from loader.storage.filesystems import filesystem
+    from loader.storage.ranged_get import S3_CONCURRENCY
 
     # botocore's default pool of 10 made 64 concurrent footer reads wait for each other:
     # indexing N shards took N / 10 round trips (bench_index.py --only latency)

@@ -7,6 +7,9 @@
 - `ranges`: fetched byte ranges as a file a decoder reads, never filled in.
 - `through`: which byte cache a thread's reads go through (the node cache is handed in).
 - `s3`: s3fs's filesystem with its retries made an option.
+- `gcs`, `azure`: gcsfs's and adlfs's filesystems with bounded tries and timeouts,
+  and their checked ranged reads of the indexed version.
+- `store_errors`: the stores' errors as ours (credentials, statuses worth a retry).
 
 Imports point down only: storage imports no other subpackage of `loader`.
 """

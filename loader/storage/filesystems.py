@@ -20,7 +20,8 @@ from fsspec.core import split_protocol, url_to_fs
 from fsspec.implementations.local import LocalFileSystem
 
 from ..errors import StaleIndexError, redact
-from .ranged_get import HTTP_CONCURRENCY, S3_CONCURRENCY, http_ranges, is_http, s3_ranges
+from .ranged_get import HTTP_CONCURRENCY, http_ranges, is_http, s3_ranges
+from .store_errors import denied, no_credentials, store_error
 
 __all__ = [
     "FileEntry",
@@ -32,8 +33,9 @@ __all__ = [
     "filesystem",
     "is_local",
     "list_files",
+    "no_credentials",
     "redact",
-    "s3_defaults",
+    "store_error",
     "strip_credentials",
     "version_of",
 ]
@@ -64,86 +66,49 @@ def strip_credentials(url: str) -> str:
     return _USERINFO.sub("", str(url))
 
 
-_NO_CREDENTIALS = {"NoCredentialsError", "PartialCredentialsError"}
-
-
-def no_credentials(url: str, error: BaseException) -> PermissionError | None:
-    """botocore's "Unable to locate credentials" (raised deep in the request signer, with
-    a long traceback naming no bucket) as a PermissionError naming the URL and where
-    credentials go; None for any other error."""
-    if not {t.__name__ for t in type(error).__mro__} & _NO_CREDENTIALS:
-        return None
-    return PermissionError(
-        f"{redact(url)}: no S3 credentials found ({error}): set AWS_ACCESS_KEY_ID and "
-        "AWS_SECRET_ACCESS_KEY (or AWS_PROFILE) in the environment, or pass "
-        "storage_options={'key': ..., 'secret': ...}; a public bucket reads with "
-        "storage_options={'anon': True}"
-    )
-
-
-def denied(url: str, error: BaseException) -> PermissionError:
-    """A PermissionError naming the URL and what to check."""
-    return PermissionError(
-        f"{redact(url)}: access denied ({redact(str(error))}); check the credentials "
-        "(storage_options key/secret, or AWS_ACCESS_KEY_ID / AWS_SECRET_ACCESS_KEY / "
-        "AWS_PROFILE) and the bucket policy"
-    )
-
-
-# What s3fs and botocore get unless storage_options say otherwise: the retries of one
-# read belong to loader.storage.retry (one budget, one deadline), so the layers below it retry once.
-S3_RETRIES = 1  # s3fs: tries of each call (its wrapper nests: more would multiply)
-S3_TOTAL_ATTEMPTS = 2  # botocore: the request and one retry (a stale pooled connection)
-S3_CONNECT_TIMEOUT = 5.0  # seconds to open a connection (s3fs's own default)
-S3_READ_TIMEOUT = 10.0  # seconds without a byte from an open connection (s3fs's: 15)
-
-
-def s3_defaults(storage_options: dict[str, Any] | None) -> dict[str, Any]:
-    """storage_options for S3 with our defaults filled in where the user set nothing:
-    ``retries`` (tries of each call by s3fs; see loader.storage.s3), botocore's
-    ``config_kwargs["retries"]`` attempts (left alone too when AWS_MAX_ATTEMPTS is set)
-    its ``connect_timeout`` and ``read_timeout``, and its connection pool
-    (``max_pool_connections``: S3_CONCURRENCY).
-
-    Without this, s3fs's 5 tries (nested: a ranged read wraps a call that also retries)
-    times botocore's own attempts times ours made a dead endpoint take minutes to report.
-    """
-    options = dict(storage_options or {})
-    options.setdefault("retries", S3_RETRIES)
-    config = dict(options.get("config_kwargs") or {})
-    retries = dict(config.get("retries") or {})
-    if not {"total_max_attempts", "max_attempts"} & set(retries) and not os.environ.get(
-        "AWS_MAX_ATTEMPTS"
-    ):
-        retries["total_max_attempts"] = S3_TOTAL_ATTEMPTS
-    if retries:
-        config["retries"] = retries
-    config.setdefault("connect_timeout", S3_CONNECT_TIMEOUT)
-    # botocore keeps 10 connections: 64 concurrent range reads would wait for each other,
-    # and indexing N shards would take N / 10 round trips instead of N / S3_CONCURRENCY
-    config.setdefault("max_pool_connections", S3_CONCURRENCY)
-    config.setdefault("read_timeout", S3_READ_TIMEOUT)
-    options["config_kwargs"] = config
-    return options
+GCS_PROTOCOLS = ("gs", "gcs")
+AZURE_PROTOCOLS = ("az", "abfs", "abfss")
 
 
 def filesystem(url: str, storage_options: dict[str, Any] | None = None) -> tuple[Any, str]:
     """(filesystem, path) for a URL; s3:// URLs use s3fs's options, e.g.
     ``{"client_kwargs": {"endpoint_url": ...}}``, and otherwise the standard AWS variables
     (AWS_ENDPOINT_URL, AWS_ACCESS_KEY_ID, ...). For s3:// the retry and timeout settings
-    the options leave out are filled in by `s3_defaults`, and `retries` (tries of each
-    call by s3fs) is an option too (loader.storage.s3)."""
+    the options leave out are filled in (loader.storage.s3.s3_defaults), and `retries`
+    (tries of each call by s3fs) is an option too. gs:// and az:// / abfs:// URLs
+    take gcsfs's and adlfs's options, through the subclasses in loader.storage.gcs and
+    loader.storage.azure (one try per call, bounded timeouts)."""
+    protocol = split_protocol(str(url))[0]
     try:
-        if split_protocol(str(url))[0] in ("s3", "s3a"):
-            from .s3 import S3FileSystem  # s3fs is imported for S3 URLs only
+        if protocol in ("s3", "s3a"):
+            from .s3 import S3FileSystem, s3_defaults  # s3fs is imported for S3 URLs only
 
             options = {**S3FileSystem._get_kwargs_from_urls(url), **s3_defaults(storage_options)}
             s3 = S3FileSystem(**options)
             return s3, str(s3._strip_protocol(url))
+        if protocol in GCS_PROTOCOLS or protocol in AZURE_PROTOCOLS:
+            cls = _store_class(protocol)
+            store = cls(**{**cls._get_kwargs_from_urls(url), **(storage_options or {})})
+            return store, str(store._strip_protocol(url))
         fs, path = url_to_fs(url, **(storage_options or {}))
-    except (ImportError, ValueError) as e:
-        raise ValueError(f"cannot open {redact(url)}: {e}") from e
+    except ImportError as e:
+        extra = {"gs": "gcs", "gcs": "gcs"}.get(protocol or "", "azure")
+        hint = f" (pip install 'shardstream[{extra}]')" if protocol not in ("s3", "s3a") else ""
+        raise ValueError(f"cannot open {redact(url)}: {e}{hint}") from e
+    except ValueError as e:
+        raise ValueError(f"cannot open {redact(url)}: {redact(str(e))}") from e
     return fs, str(path)
+
+
+def _store_class(protocol: str) -> Any:
+    """Our filesystem class for a GCS or Azure protocol (its client imported only now)."""
+    if protocol in GCS_PROTOCOLS:
+        from .gcs import GCSFileSystem
+
+        return GCSFileSystem
+    from .azure import AzureBlobFileSystem
+
+    return AzureBlobFileSystem
 
 
 @dataclass(frozen=True)
@@ -164,13 +129,15 @@ def _local_version(st: os.stat_result) -> str:
 
 
 def version_of(fs: Any, info: dict[str, Any]) -> str | None:
-    """What changes when the file's content changes: S3's ETag; for local files the
+    """What changes when the file's content changes: S3's and Azure's ETag, GCS's
+    generation; for local files the
     modification time in nanoseconds and the inode (a rewrite in place or a replacement by
     rename; the filesystem's timestamp granularity bounds what is seen); else whatever
     modification time the filesystem reports."""
     if isinstance(fs, LocalFileSystem):
         return _local_version(os.stat(info["name"]))
     for key in (
+        "generation",  # GCS: changes on every write (its etag changes on metadata edits too)
         "ETag",
         "etag",
         "mtime",
@@ -233,9 +200,12 @@ def is_local(fs: Any) -> bool:
     return isinstance(fs, LocalFileSystem)
 
 
+def _protocols(fs: Any) -> set[str]:
+    return set(fs.protocol if isinstance(fs.protocol, tuple | list) else (fs.protocol,))
+
+
 def _is_s3(fs: Any) -> bool:
-    protocols = fs.protocol if isinstance(fs.protocol, tuple | list) else (fs.protocol,)
-    return bool({"s3", "s3a"} & set(protocols))
+    return bool({"s3", "s3a"} & _protocols(fs))
 
 
 Indexed = tuple[int, str | None]  # (size, version) of a file as the index recorded it
@@ -252,15 +222,24 @@ def cat_ranges(
     concurrently where the filesystem can.
 
     With `indexed` (each file's size and version as the index recorded them), every read
-    is of that version: on S3 each ranged GET carries ``If-Match: <indexed ETag>`` (no
-    extra request) and a 412 answer becomes StaleIndexError; elsewhere each file's size and
-    version are checked after the read (`check_version`: one stat locally).
+    is of that version: on S3 and Azure each ranged GET carries ``If-Match: <indexed
+    ETag>``, on GCS ``ifGenerationMatch`` (no extra request), and a 412 answer becomes
+    StaleIndexError; elsewhere each file's size and version are checked after the read
+    (`check_version`: one stat locally).
     """
     paths = [fs._strip_protocol(u) for u in urls]
     got: list[bytes | BaseException]
     known: Sequence[tuple[int | None, str | None]] = indexed or [(None, None)] * len(urls)
     if _is_s3(fs):
         return list(sync(fs.loop, s3_ranges, fs, urls, paths, starts, ends, known))
+    if set(GCS_PROTOCOLS) & _protocols(fs):
+        from .gcs import gcs_ranges
+
+        return list(sync(fs.loop, gcs_ranges, fs, urls, paths, starts, ends, known))
+    if set(AZURE_PROTOCOLS) & _protocols(fs):
+        from .azure import azure_ranges
+
+        return list(sync(fs.loop, azure_ranges, fs, urls, paths, starts, ends, known))
     if is_http(fs):
         sizes = [size for size, _ in known]
         got = list(sync(fs.loop, http_ranges, fs, paths, starts, ends, sizes))
@@ -268,7 +247,12 @@ def cat_ranges(
         got = fs.cat_ranges(paths, list(starts), list(ends), on_error="return")
     if indexed is not None:
         stale: dict[str, BaseException | None] = {}
+        # a file whose read failed is not asked about (a dead server is no stale file):
+        # its error stands, and the retry checks the version again
+        failed = {url for url, data in zip(urls, got) if isinstance(data, BaseException)}
         for i, url in enumerate(urls):
+            if url in failed:
+                continue
             if url not in stale:
                 try:
                     check_version(fs, url, *indexed[i])
@@ -340,6 +324,8 @@ def list_files(
         raise FileNotFoundError(f"{redact(url)}: no such file, directory or prefix") from None
     except PermissionError as e:
         raise denied(url, e) from None
+    except Exception as e:
+        raise (store_error(url, e) or e) from None
     entries = []
     for info in _sized(fs, [i for i in infos if i.get("type", "file") == "file"]):
         name = fs._strip_protocol(info["name"])
@@ -385,3 +371,5 @@ def file_entry(url: str, storage_options: dict[str, Any] | None = None) -> FileE
         raise FileNotFoundError(f"{redact(url)}: shard not found") from None
     except PermissionError as e:
         raise denied(url, e) from None
+    except Exception as e:
+        raise (store_error(url, e) or e) from None

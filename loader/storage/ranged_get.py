@@ -19,6 +19,7 @@ from collections.abc import Sequence
 from typing import Any
 
 from ..errors import ShardError, StaleIndexError, redact
+from .store_errors import status_error
 
 __all__ = ["S3_CONCURRENCY", "RangeIgnoredError", "http_ranges", "is_http", "s3_ranges"]
 
@@ -135,7 +136,9 @@ async def http_ranges(
         headers["Range"] = f"bytes={starts[i]}-{ends[i] - 1}"
         headers["Accept-Encoding"] = "identity"  # the stored bytes, not a recompression
         async with gate, session.get(fs.encode_url(urls[i]), headers=headers, **kw) as r:
-            fs._raise_not_found_for_status(r, urls[i])
+            if r.status >= 400:
+                text = (await r.read())[:500].decode("utf-8", "replace")
+                raise status_error(urls[i], r.status, text)
             check_answer(
                 urls[i], starts[i], ends[i], r.status, r.headers.get("Content-Range"), sizes[i]
             )

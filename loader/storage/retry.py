@@ -1,7 +1,7 @@
 """Retries of storage reads: bounded attempts and time, exponential backoff, full jitter.
 
 This layer holds the retry budget of a read: s3fs and botocore are told to retry once at
-most of their own (see loader.storage.filesystems.s3_defaults), and what they give up on (a 503
+most of their own (see loader.storage.s3.s3_defaults), and what they give up on (a 503
 storm, a connection reset mid-body, a timeout) is retried here, within `max_attempts`
 tries and `deadline` seconds, so that a dead endpoint gives an error naming the shard and
 the last cause in bounded time.
@@ -21,7 +21,8 @@ from typing import Any, TypeVar
 
 from ..errors import ShardError
 from ..stats import current
-from .filesystems import Indexed, cat_ranges, denied, is_local, no_credentials, redact
+from .filesystems import Indexed, cat_ranges, denied, is_local, redact
+from .store_errors import http_status, store_error
 from .through import current_cache
 
 __all__ = [
@@ -59,6 +60,8 @@ _TRANSIENT_NAMES = (
     "ResponseStreamingError",
     "IncompleteRead",
     "FSTimeoutError",
+    "ServiceRequestError",  # azure-core: the request never reached the service
+    "ServiceResponseError",  # azure-core: the connection broke before an answer
 )
 _TRANSIENT_CODES = (
     "SlowDown",
@@ -79,7 +82,7 @@ class RetryPolicy:
     then says the deadline was reached. Each try is bounded by the storage's timeouts: on
     S3, unless storage_options set their own, botocore tries a request twice (~1 s of
     backoff between) with 5 s to connect and 10 s without a byte
-    (loader.storage.filesystems.s3_defaults), so a try against an endpoint that accepts no
+    (loader.storage.s3.s3_defaults), so a try against an endpoint that accepts no
     connection ends within 11 s, against one that accepts and stays mute within 21 s. With the
     defaults a dead endpoint is thus reported within 21 + 15 + 21 = 57 s (a first try, the
     deadline, a last try); one that refuses connections or answers 503 fails each try at
@@ -130,8 +133,12 @@ def is_transient(e: BaseException) -> bool:
         return False
     if isinstance(e, TimeoutError | ConnectionError):
         return True
-    if {t.__name__ for t in type(e).__mro__} & set(_TRANSIENT_NAMES):
+    names = {t.__name__ for t in type(e).__mro__}
+    if names & set(_TRANSIENT_NAMES):
         return True
+    status = http_status(e)  # gcsfs, azure-core, aiohttp: an error carrying a status
+    if status is not None:
+        return status in (408, 429) or status >= 500
     response = getattr(e, "response", None)
     if isinstance(response, dict):
         status = response.get("ResponseMetadata", {}).get("HTTPStatusCode", 0)
@@ -150,9 +157,9 @@ def retrying(what: str, policy: RetryPolicy, fn: Callable[[], T]) -> T:
         try:
             return fn()
         except Exception as e:
-            missing = no_credentials(what, e)
-            if missing is not None:
-                raise missing from None  # botocore's traceback names no bucket
+            known = store_error(what, e)
+            if known is not None:
+                raise known from None  # the store client's traceback names no shard
             if not is_transient(e):
                 raise
             if first_failure is None:
@@ -302,9 +309,9 @@ def _check(
         raise FileNotFoundError(f"{redact(url)}: shard not found") from error
     if isinstance(error, PermissionError):
         raise denied(url, error) from error
-    missing = no_credentials(url, error)
-    if missing is not None:
-        raise missing from None
+    known = store_error(url, error)
+    if known is not None:
+        raise known from None
     if not is_transient(error) and not isinstance(error, EOFError):
         raise ShardError(
             f"{redact(url)}: cannot read bytes [{b}, {e}): {type(error).__name__}: {error}"
