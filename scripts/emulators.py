@@ -55,8 +55,13 @@ def _wait(proc: subprocess.Popen[bytes], url: str, what: str) -> None:
 
 
 @contextmanager
-def _running(cmd: list[str], url: str, what: str) -> Iterator[str]:
-    proc = subprocess.Popen(cmd, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+def running(
+    cmd: list[str], url: str, what: str, env: dict[str, str] | None = None
+) -> Iterator[str]:
+    """A server process started by `cmd` (with `env` added to the environment), once `url`
+    answers (any HTTP status); yields `url`, stops the process afterwards."""
+    environ = {**os.environ, **(env or {})}
+    proc = subprocess.Popen(cmd, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, env=environ)
     try:
         _wait(proc, url, what)
         yield url.rstrip("/")
@@ -91,7 +96,7 @@ def gcs_emulator() -> Iterator[str]:
     port = free_port()
     cmd = [sys.executable, "-c", _GCS_EMULATOR, "start", "--host", "127.0.0.1"]
     cmd += ["--port", str(port), "--in-memory", "-q"]
-    with _running(cmd, f"http://127.0.0.1:{port}/storage/v1/b", "gcp-storage-emulator") as url:
+    with running(cmd, f"http://127.0.0.1:{port}/storage/v1/b", "gcp-storage-emulator") as url:
         yield url.removesuffix("/storage/v1/b")
 
 
@@ -124,5 +129,5 @@ def azurite() -> Iterator[str]:
         "--skipApiVersionCheck",
         "--disableTelemetry",
     ]
-    with _running(cmd, f"http://127.0.0.1:{port}/{AZURITE_ACCOUNT}?comp=list", "azurite") as url:
+    with running(cmd, f"http://127.0.0.1:{port}/{AZURITE_ACCOUNT}?comp=list", "azurite") as url:
         yield url.split(f"/{AZURITE_ACCOUNT}")[0]

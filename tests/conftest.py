@@ -5,11 +5,9 @@ from __future__ import annotations
 
 import os
 import shutil
-import socket
 import subprocess
 import sys
 import tempfile
-import time
 import urllib.request
 from collections.abc import Iterator
 from contextlib import contextmanager
@@ -18,13 +16,9 @@ from pathlib import Path
 
 import pytest
 
+from scripts.emulators import free_port, running
+
 REPO = Path(__file__).resolve().parents[1]
-
-
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return int(s.getsockname()[1])
 
 
 def _moto_server_command(port: int) -> list[str]:
@@ -41,29 +35,8 @@ def moto_server(env: dict[str, str] | None = None) -> Iterator[str]:
     """A moto S3 server on a free 127.0.0.1 port; yields its URL, stops it afterwards."""
     port = free_port()
     url = f"http://127.0.0.1:{port}"
-    proc = subprocess.Popen(
-        _moto_server_command(port),
-        stdout=subprocess.DEVNULL,
-        stderr=subprocess.DEVNULL,
-        env={**os.environ, **(env or {})},
-    )
-    try:
-        deadline = time.monotonic() + 30
-        while True:
-            try:
-                with urllib.request.urlopen(f"{url}/moto-api/", timeout=1):
-                    break
-            except OSError:
-                if proc.poll() is not None or time.monotonic() > deadline:
-                    raise RuntimeError(f"moto_server did not start on {url}") from None
-                time.sleep(0.1)
+    with running(_moto_server_command(port), f"{url}/moto-api/", "moto_server", env):
         yield url
-    finally:
-        proc.terminate()
-        try:
-            proc.wait(timeout=10)
-        except subprocess.TimeoutExpired:
-            proc.kill()
 
 
 @pytest.fixture(scope="session")

@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import contextlib
 import math
 import re
 import threading
@@ -111,24 +110,8 @@ def test_a_failed_read_stops_the_reads_queued_behind_it(s3: Any) -> None:
     assert {path.rsplit("/", 1)[-1] for _, path in proxy.faulted} == {"part-00000.parquet"}
 
 
-@pytest.mark.parametrize("dead", ["503 on every GET", "connection refused"])
-def test_a_dead_endpoint_gives_a_named_error_with_default_settings(s3: Any, dead: str) -> None:
-    url = upload(s3, "parquet")
-    index = ShardIndex.build(url, s3.storage_options)  # built while S3 was healthy
-    with contextlib.ExitStack() as stack:
-        if dead.startswith("503"):
-            endpoint = stack.enter_context(
-                counting_proxy(s3.endpoint_url, Faults(every_get=True))
-            ).url
-        else:
-            endpoint = f"http://127.0.0.1:{free_port()}"  # nothing listens there
-        opts = {"client_kwargs": {"endpoint_url": endpoint}}  # no retries or timeouts set
-        error = read_in_thread(lambda: list(StreamingDataset(index, storage_options=opts)))
-    assert isinstance(error, ShardError), repr(error)
-    message = str(error)
-    assert "s3://faulty/parquet/part-0000" in message and "last error" in message
-    cause = "reduce your request rate" if dead.startswith("503") else "Could not connect"
-    assert cause in message
+# a dead endpoint with the default settings, on every store:
+# test_store_contract.test_a_dead_endpoint_is_a_named_error_with_default_settings
 
 
 def test_a_dead_endpoint_fails_indexing_with_a_named_error(s3: Any) -> None:

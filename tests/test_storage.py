@@ -1,5 +1,6 @@
-"""Storage options for S3: one retry budget (ours), unless the user configures the layers
-below it; checked on the real s3fs filesystem and botocore client they produce."""
+"""Storage options for S3, GCS and Azure: one retry budget (ours), unless the user
+configures the layers below it; checked on the real s3fs, gcsfs and adlfs filesystems and
+the clients they produce."""
 
 from __future__ import annotations
 
@@ -65,3 +66,33 @@ def test_clearing_s3fs_instance_cache_clears_ours(s3: Any) -> None:
     assert filesystem("s3://bucket/other.parquet", s3.storage_options)[0] is fs  # cached
     s3fs.S3FileSystem.clear_instance_cache()  # what code that knows only s3fs calls
     assert filesystem("s3://bucket/key.parquet", s3.storage_options)[0] is not fs
+
+
+def test_gcsfs_tries_once_with_bounded_timeouts_and_without_the_grpc_lookup() -> None:
+    import gcsfs.core
+
+    options = {"token": "anon", "endpoint_url": "http://127.0.0.1:9", "project": "p"}
+    fs, path = filesystem("gs://bucket/key.parquet", options)
+    assert path == "bucket/key.parquet"
+    assert type(fs).__mro__[1] is gcsfs.core.GCSFileSystem  # the core one, not "extended"
+    timeout = fs.requests_timeout
+    assert (timeout.sock_connect, timeout.sock_read) == (5.0, 10.0)
+    mine, _ = filesystem("gs://bucket/key.parquet", {**options, "requests_timeout": 60})
+    assert mine.requests_timeout == 60  # the user's setting wins
+    again = pickle.loads(pickle.dumps(fs))  # DataLoader workers (spawn) get the same
+    assert type(again) is type(fs) and again.requests_timeout.sock_read == 10.0
+
+
+def test_the_azure_client_retries_once_with_bounded_timeouts() -> None:
+    from scripts.emulators import azurite_connection_string
+
+    options = {"connection_string": azurite_connection_string("http://127.0.0.1:9")}
+    for given, want in (({}, (5.0, 10.0)), ({"read_timeout": 30}, (5.0, 30))):
+        fs, path = filesystem("az://container/key.parquet", {**options, **given})
+        assert path == "container/key.parquet"
+        client = fs.service_client
+        retry = client._config.retry_policy
+        assert (retry.total_retries, retry.initial_backoff) == (1, 0.2)  # the SDK's: 3, 15 s
+        config = client._pipeline._transport.connection_config
+        assert (config.timeout, config.read_timeout) == want
+        assert type(pickle.loads(pickle.dumps(fs))) is type(fs)

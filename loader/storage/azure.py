@@ -17,6 +17,7 @@ clients share them). Imported only when an Azure URL is opened.
 from __future__ import annotations
 
 import asyncio
+import logging
 from collections.abc import Sequence
 from typing import Any
 
@@ -26,6 +27,8 @@ from .ranged_get import check_answer
 from .store_errors import status_error
 
 __all__ = ["AZURE_CONCURRENCY", "AzureBlobFileSystem", "azure_ranges"]
+
+log = logging.getLogger(__name__)
 
 AZURE_CONCURRENCY = 64  # ranged reads in flight at once
 AZURE_RETRIES = 1  # the SDK's own retries of a call (ours: loader.storage.retry)
@@ -42,12 +45,16 @@ class AzureBlobFileSystem(_AdlfsFileSystem):  # type: ignore[misc]
     def do_connect(self) -> None:
         super().do_connect()
         client = self.service_client
-        retry = client._config.retry_policy
-        for name in ("total_retries", "connect_retries", "read_retries", "status_retries"):
-            setattr(retry, name, AZURE_RETRIES)
-        retry.initial_backoff, retry.increment_base = AZURE_BACKOFF, 1
-        retry.random_jitter_range = AZURE_BACKOFF
-        config = client._pipeline._transport.connection_config
+        try:  # the SDK's own objects: set in place, as no constructor option reaches them
+            retry = client._config.retry_policy
+            for name in ("total_retries", "connect_retries", "read_retries", "status_retries"):
+                setattr(retry, name, AZURE_RETRIES)
+            retry.initial_backoff, retry.increment_base = AZURE_BACKOFF, 1
+            retry.random_jitter_range = AZURE_BACKOFF
+            config = client._pipeline._transport.connection_config
+        except AttributeError as e:  # another SDK version: its defaults, said once
+            log.warning("azure-storage-blob: cannot set its retries and timeouts (%s)", e)
+            return
         config.timeout = self._timeout_kwargs.get("connection_timeout", AZURE_CONNECT_TIMEOUT)
         config.read_timeout = self._timeout_kwargs.get("read_timeout", AZURE_READ_TIMEOUT)
 
