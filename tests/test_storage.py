@@ -96,3 +96,22 @@ def test_the_azure_client_retries_once_with_bounded_timeouts() -> None:
         config = client._pipeline._transport.connection_config
         assert (config.timeout, config.read_timeout) == want
         assert type(pickle.loads(pickle.dumps(fs))) is type(fs)
+
+
+def test_a_gcs_index_saved_with_etags_still_reads_and_refuses_a_rewrite(gcs_endpoint: str) -> None:
+    """Indexes saved before generations were kept hold each object's ETag: their reads
+    check it (one metadata request a file) instead of reading whatever is there."""
+    from loader import StaleIndexError
+    from loader.storage.filesystems import cat_ranges
+    from tests.stores import new_bucket
+
+    store = new_bucket("gcs", gcs_endpoint)
+    store.fs().pipe(store.path("a.bin"), b"0123456789" * 10)
+    fs, _ = filesystem(store.url("a.bin"), store.options())
+    info = store.fs().info(store.path("a.bin"))
+    assert info["etag"] != info["generation"]
+    old = [(100, str(info["etag"]))]
+    assert cat_ranges(fs, [store.url("a.bin")], [10], [20], old) == [b"0123456789"]
+    store.fs().pipe(store.path("a.bin"), b"abcdefghij" * 10)
+    (got,) = cat_ranges(fs, [store.url("a.bin")], [10], [20], old)
+    assert isinstance(got, StaleIndexError) and "a.bin" in str(got)

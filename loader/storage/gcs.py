@@ -9,7 +9,8 @@ when the object was rewritten (StaleIndexError, no extra request), and the answe
 ``x-goog-generation`` header names the generation served. A server that sends no
 ``x-goog-generation`` (an emulator, a proxy that drops it) cannot show which version it
 sent, so the object's generation is then asked once per file and read, from the JSON API
-itself, never from gcsfs's listing cache.
+itself, never from gcsfs's listing cache (as it is for an index saved before generations
+were kept, whose version is the object's ETag).
 
 The filesystem is gcsfs's core ``GCSFileSystem``, not the "extended" one gcsfs picks when
 GCSFS_EXPERIMENTAL_ZB_HNS_SUPPORT is on (its default): that one asks a gRPC control API
@@ -94,7 +95,9 @@ async def gcs_ranges(
             served = r.headers.get("x-goog-generation")
             if want is not None and served is not None and served != want:
                 raise _stale(urls[i], want, served)
-            if want is not None and served is None:
+            if generation and (served is None or want is None):
+                # the answer proves no generation, or the index holds an ETag (saved
+                # before generations were kept): asked after the reads
                 unproven.add(i)
             check_answer(
                 urls[i], starts[i], ends[i], r.status, r.headers.get("Content-Range"), size
@@ -125,13 +128,13 @@ async def _check_generations(
     for i in reads:
         files.setdefault(paths[i], []).append(i)
 
-    async def now(path: str) -> str | None:
+    async def now(path: str) -> tuple[str, str] | None:
         bucket, key, _ = fs.split_path(path)
         try:
             meta = await fs._call("GET", "b/{}/o/{}", bucket, key, json_out=True)
         except FileNotFoundError:
             return None
-        return str(meta.get("generation"))
+        return str(meta.get("generation")), str(meta.get("etag"))
 
     found = await asyncio.gather(*(now(p) for p in files), return_exceptions=True)
     for reads_of, current in zip(files.values(), found):
@@ -139,8 +142,8 @@ async def _check_generations(
         for i in reads_of:
             if isinstance(current, BaseException):
                 got[i] = current
-            elif current != want:
-                got[i] = _stale(urls[i], want, current)
+            elif current is None or want not in current:  # an older index holds the ETag
+                got[i] = _stale(urls[i], want, None if current is None else current[0])
 
 
 def _stale(url: str, want: str | None, now: str | None) -> StaleIndexError:
