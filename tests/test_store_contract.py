@@ -168,7 +168,7 @@ HINTS = {
     "s3": "AWS_ACCESS_KEY_ID",
     "gcs": "GOOGLE_APPLICATION_CREDENTIALS",
     "azure": "AZURE_STORAGE_CONNECTION_STRING",
-    "http": "check the credentials",
+    "http": "storage_options={'headers': {'Authorization'",
 }
 
 
@@ -282,3 +282,18 @@ def test_the_planner_indexes_the_store(store: Store, tmp_path: Path) -> None:
     assert main([*argv, "--save-index", str(saved)]) == 0
     rows = list(StreamingDataset(str(saved), storage_options=store.options(), shuffle=False))
     assert [record_id(r) for r in rows] == list(range(88))
+
+
+@pytest.mark.parametrize("store", ["http"], indirect=True)
+def test_http_credentials_go_where_the_error_says(store: Store) -> None:
+    """The hint of a refused HTTP read (request headers in storage_options) works."""
+    rel = upload(store, "parquet", sizes=[100, 50])
+    with proxied(store, Faults(unauthorized=401)) as (proxy, at):
+        with pytest.raises(PermissionError, match=re.escape("'headers': {'Authorization'")):
+            StreamingDataset(store.url(rel, at))
+        proxy.get_headers.clear()
+        options = {"headers": {"Authorization": "Bearer token"}}
+        rows = list(StreamingDataset(store.url(rel, at), storage_options=options, shuffle=False))
+    assert [record_id(r) for r in rows] == list(range(150))
+    assert proxy.get_headers
+    assert all(h.get("Authorization") == "Bearer token" for h in proxy.get_headers)

@@ -44,6 +44,11 @@ def credentials_hint(url: str) -> str:
             "AZURE_STORAGE_CONNECTION_STRING, or AZURE_STORAGE_ACCOUNT_NAME and "
             "AZURE_STORAGE_ACCOUNT_KEY"
         )
+    if scheme in ("http", "https"):
+        return (
+            "the server wants them as request headers: pass "
+            "storage_options={'headers': {'Authorization': ...}}"
+        )
     return (
         "storage_options key/secret, or AWS_ACCESS_KEY_ID / AWS_SECRET_ACCESS_KEY / "
         "AWS_PROFILE; a public bucket reads with storage_options={'anon': True}"
