@@ -92,8 +92,9 @@ def filesystem(url: str, storage_options: dict[str, Any] | None = None) -> tuple
             return store, str(store._strip_protocol(url))
         fs, path = url_to_fs(url, **(storage_options or {}))
     except ImportError as e:
-        extra = {"gs": "gcs", "gcs": "gcs"}.get(protocol or "", "azure")
-        hint = f" (pip install 'shardstream[{extra}]')" if protocol not in ("s3", "s3a") else ""
+        extra = "gcs" if protocol in GCS_PROTOCOLS else "azure"
+        store = protocol in GCS_PROTOCOLS or protocol in AZURE_PROTOCOLS
+        hint = f" (pip install 'shardstream[{extra}]')" if store else ""
         raise ValueError(f"cannot open {redact(url)}: {e}{hint}") from e
     except ValueError as e:
         raise ValueError(f"cannot open {redact(url)}: {redact(str(e))}") from e
