@@ -79,8 +79,11 @@ def test_gcsfs_tries_once_with_bounded_timeouts_and_without_the_grpc_lookup() ->
     assert (timeout.sock_connect, timeout.sock_read) == (5.0, 10.0)
     mine, _ = filesystem("gs://bucket/key.parquet", {**options, "requests_timeout": 60})
     assert mine.requests_timeout == 60  # the user's setting wins
-    again = pickle.loads(pickle.dumps(fs))  # DataLoader workers (spawn) get the same
-    assert type(again) is type(fs) and again.requests_timeout.sock_read == 10.0
+    blob = pickle.dumps(fs)
+    type(fs).clear_instance_cache()  # as in a spawned DataLoader worker: built anew
+    again = pickle.loads(blob)
+    assert again is not fs and type(again) is type(fs)
+    assert again.requests_timeout.sock_read == 10.0
 
 
 def test_the_azure_client_retries_once_with_bounded_timeouts() -> None:
@@ -95,7 +98,13 @@ def test_the_azure_client_retries_once_with_bounded_timeouts() -> None:
         assert (retry.total_retries, retry.initial_backoff) == (1, 0.2)  # the SDK's: 3, 15 s
         config = client._pipeline._transport.connection_config
         assert (config.timeout, config.read_timeout) == want
-        assert type(pickle.loads(pickle.dumps(fs))) is type(fs)
+        blob = pickle.dumps(fs)
+        type(fs).clear_instance_cache()  # as in a spawned DataLoader worker: built anew
+        again = pickle.loads(blob)
+        assert again is not fs and type(again) is type(fs)
+        assert again.service_client._config.retry_policy.total_retries == 1
+        worker_config = again.service_client._pipeline._transport.connection_config
+        assert (worker_config.timeout, worker_config.read_timeout) == want
 
 
 def test_a_gcs_index_saved_with_etags_still_reads_and_refuses_a_rewrite(gcs_endpoint: str) -> None:

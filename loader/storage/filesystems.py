@@ -21,7 +21,7 @@ from fsspec.implementations.local import LocalFileSystem
 
 from ..errors import StaleIndexError, redact
 from .ranged_get import HTTP_CONCURRENCY, http_ranges, is_http, s3_ranges
-from .store_errors import denied, no_credentials, store_error
+from .store_errors import denied, store_error
 
 __all__ = [
     "FileEntry",
@@ -33,9 +33,7 @@ __all__ = [
     "filesystem",
     "is_local",
     "list_files",
-    "no_credentials",
     "redact",
-    "store_error",
     "strip_credentials",
     "version_of",
 ]
@@ -209,6 +207,22 @@ def _is_s3(fs: Any) -> bool:
     return bool({"s3", "s3a"} & _protocols(fs))
 
 
+def _store_reads(fs: Any) -> Any:
+    """The object store's checked ranged reads for `fs` (S3, GCS, Azure), each a coroutine
+    function of (fs, urls, paths, starts, ends, indexed); None for other filesystems."""
+    if _is_s3(fs):
+        return s3_ranges
+    if set(GCS_PROTOCOLS) & _protocols(fs):
+        from .gcs import gcs_ranges
+
+        return gcs_ranges
+    if set(AZURE_PROTOCOLS) & _protocols(fs):
+        from .azure import azure_ranges
+
+        return azure_ranges
+    return None
+
+
 Indexed = tuple[int, str | None]  # (size, version) of a file as the index recorded it
 
 
@@ -231,16 +245,9 @@ def cat_ranges(
     paths = [fs._strip_protocol(u) for u in urls]
     got: list[bytes | BaseException]
     known: Sequence[tuple[int | None, str | None]] = indexed or [(None, None)] * len(urls)
-    if _is_s3(fs):
-        return list(sync(fs.loop, s3_ranges, fs, urls, paths, starts, ends, known))
-    if set(GCS_PROTOCOLS) & _protocols(fs):
-        from .gcs import gcs_ranges
-
-        return list(sync(fs.loop, gcs_ranges, fs, urls, paths, starts, ends, known))
-    if set(AZURE_PROTOCOLS) & _protocols(fs):
-        from .azure import azure_ranges
-
-        return list(sync(fs.loop, azure_ranges, fs, urls, paths, starts, ends, known))
+    store_reads = _store_reads(fs)
+    if store_reads is not None:  # the version travels in each GET: nothing to check after
+        return list(sync(fs.loop, store_reads, fs, urls, paths, starts, ends, known))
     if is_http(fs):
         sizes = [size for size, _ in known]
         got = list(sync(fs.loop, http_ranges, fs, paths, starts, ends, sizes))
@@ -326,7 +333,10 @@ def list_files(
     except PermissionError as e:
         raise denied(url, e) from None
     except Exception as e:
-        raise (store_error(url, e) or e) from None
+        known = store_error(url, e)
+        if known is None:
+            raise
+        raise known from None
     entries = []
     for info in _sized(fs, [i for i in infos if i.get("type", "file") == "file"]):
         name = fs._strip_protocol(info["name"])
@@ -373,4 +383,7 @@ def file_entry(url: str, storage_options: dict[str, Any] | None = None) -> FileE
     except PermissionError as e:
         raise denied(url, e) from None
     except Exception as e:
-        raise (store_error(url, e) or e) from None
+        known = store_error(url, e)
+        if known is None:
+            raise
+        raise known from None

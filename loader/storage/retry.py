@@ -21,8 +21,8 @@ from typing import Any, TypeVar
 
 from ..errors import ShardError
 from ..stats import current
-from .filesystems import Indexed, cat_ranges, denied, is_local, redact
-from .store_errors import http_status, store_error
+from .filesystems import Indexed, cat_ranges, is_local, redact
+from .store_errors import denied, http_status, store_error
 from .through import current_cache
 
 __all__ = [

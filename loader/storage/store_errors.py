@@ -136,6 +136,8 @@ def store_error(url: str, error: BaseException) -> BaseException | None:
     # gcsfs raises a 403 as a bare OSError("Forbidden: <path>\n<message>")
     if type(error) is OSError and str(error).startswith("Forbidden"):
         return denied(url, error)
-    if "DefaultCredentialsError" in names or "RefreshError" in names:
+    # google-auth found no credentials at all (a RefreshError is left to the retries, as
+    # gcsfs leaves it: a token endpoint can fail for a moment)
+    if "DefaultCredentialsError" in names:
         return denied(url, error)
     return None
