@@ -19,6 +19,7 @@ import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
 
+from ..columns.arrow_numpy import arrow_of, strings
 from ..formats.parquet_meta import schema_from_b64
 from ..formats.partitions import hive_values, partition_schema
 from ..formats.schemas import unify_schemas
@@ -42,9 +43,9 @@ def scanned_rows(
     at = [int(p) for p, s in zip(where, scanned) if s is not None]
     rows = [s for s in scanned if s is not None]
     columns: dict[str, Any] = {
-        "position": pa.array(at, pa.int64()),
-        "records": pa.array([int(s["num_records"]) for s in rows], pa.int64()),
-        _TEXT: pa.array([s.get("schema") for s in rows], pa.string()),
+        "position": arrow_of(np.array(at, dtype=np.int64)),
+        "records": arrow_of(np.array([int(s["num_records"]) for s in rows], dtype=np.int64)),
+        _TEXT: strings([s.get("schema") for s in rows]),
     }
     columns.update(layout_columns([s["details"] for s in rows]))
     return pa.table(columns)
@@ -80,13 +81,13 @@ def assemble_rows(
     and for shards in ``key=value`` folders."""
     name, n = listing.format, len(listing)
     rows = pa.concat_tables(list(parts), promote_options="default")
-    rows = rows.take(pa.array(np.argsort(numbers(rows.column("position")), kind="stable")))
+    rows = rows.take(arrow_of(np.argsort(numbers(rows.column("position")), kind="stable")))
     at = numbers(rows.column("position")).astype(np.int64)
     records = listing.records.copy()
     records[at] = numbers(rows.column("records"))
     place = np.full(n, -1, dtype=np.int64)
     place[at] = np.arange(at.size)
-    take = pa.array(place, mask=place < 0)
+    take = arrow_of(place, mask=place < 0)
     layout = {k: rows.column(k).take(take) for k in LAYOUT if k in rows.column_names}
     schemas: list[pa.Schema] = []
     texts = one_array(rows.column(_TEXT)) if at.size else pa.nulls(0, pa.string())
@@ -98,7 +99,7 @@ def assemble_rows(
         origins = listing.origins  # dictionary-encoded: one manifest, many shards
         empty = ~listing.defer | flags(origins.is_null())
         layout["deferred"] = pa.DictionaryArray.from_arrays(
-            pa.array(numbers(origins.indices), mask=empty), origins.dictionary
+            arrow_of(numbers(origins.indices), mask=empty), origins.dictionary
         )
     partitioning = None
     if name in ("parquet", "arrow") and n:

@@ -25,6 +25,7 @@ import pyarrow.compute as pc
 from braceexpand import braceexpand
 from fsspec.core import split_protocol
 
+from ..columns.arrow_numpy import strings
 from ..errors import StaleSidecarError
 from ..formats import format_for, format_of_url, formats_of_urls, known_suffixes
 from ..formats.partitions import is_hidden
@@ -152,7 +153,7 @@ def _hint(names: Sequence[str]) -> str:
 
 
 def _check_known(urls: Sequence[str] | pa.Array) -> None:
-    urls = urls if isinstance(urls, pa.Array) else pa.array(list(urls), pa.string())
+    urls = urls if isinstance(urls, pa.Array) else strings(list(urls))
     masks = list(formats_of_urls(urls).values())
     known = masks[0]
     for m in masks[1:]:
@@ -243,7 +244,7 @@ def discover(
             )
         else:
             entries = retrying(where, retry, lambda: _list_urls(list(source), storage_options))
-        name = _one_format(pa.array([e.url for e in entries], pa.string()))
+        name = _one_format(strings([e.url for e in entries]))
         listing = Listing(name, entries)
         if name == "tar" and sidecars and companions:
             listing.set_hints(_tar_hints(entries, companions, storage_options, retry))

@@ -18,6 +18,7 @@ import numpy as np
 import numpy.typing as npt
 import pyarrow as pa
 
+from ..columns.arrow_numpy import arrow_of, strings
 from ..storage.filesystems import FileEntry
 from .table import flags, numbers, one_array
 
@@ -43,7 +44,7 @@ def _strings(values: Sequence[str | None] | pa.Array) -> pa.Array:
         values = one_array(values)
     if isinstance(values, pa.Array):
         return values.cast(pa.string()) if values.type != pa.string() else values
-    return pa.array(values, type=pa.string())
+    return strings(values)
 
 
 class Listing:
@@ -98,7 +99,7 @@ class Listing:
         out.defer = out.records >= 0
         # one origin for all: dictionary-encoded, 4 bytes a shard
         out.origins = pa.DictionaryArray.from_arrays(
-            pa.array(np.zeros(n, dtype=np.int32), mask=~out.defer), pa.array([origin])
+            arrow_of(np.zeros(n, dtype=np.int32), mask=~out.defer), strings([origin])
         )
         return out
 
@@ -111,8 +112,8 @@ class Listing:
             [-1 if h is None or h.records is None else h.records for h in hints], dtype=np.int64
         )
         self.defer = np.array([h is not None and h.defer for h in hints], dtype=bool)
-        self.origins = pa.array(
-            [None if h is None or not h.origin else h.origin for h in hints], type=pa.string()
+        self.origins = strings(
+            [None if h is None or not h.origin else h.origin for h in hints]
         ).dictionary_encode()
         self.sidecars = {
             i: h.sidecar for i, h in enumerate(hints) if h is not None and h.sidecar is not None
@@ -147,7 +148,7 @@ class Listing:
         """The listing of the shards at `indices`, in that order."""
         at = np.asarray(indices, dtype=np.int64)
         out = Listing(self.format)
-        take = pa.array(at, type=pa.int64())
+        take = arrow_of(at)
         out.urls, out.versions = self.urls.take(take), self.versions.take(take)
         out.relpaths, out.origins = self.relpaths.take(take), self.origins.take(take)
         out.sizes, out.records, out.defer = self.sizes[at], self.records[at], self.defer[at]
@@ -169,11 +170,11 @@ class Listing:
         table = pa.table(
             {
                 "url": self.urls,
-                "size": self.sizes,
+                "size": arrow_of(self.sizes),
                 "version": self.versions,
                 "relpath": self.relpaths,
-                "records": self.records,
-                "defer": self.defer,
+                "records": arrow_of(self.records),
+                "defer": arrow_of(self.defer),
                 "origin": self.origins,
             }
         ).replace_schema_metadata({b"listing": json.dumps(meta).encode()})

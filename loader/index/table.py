@@ -30,6 +30,7 @@ import pyarrow as pa
 import pyarrow.compute as pc
 
 from ..columns.arrays import flags, numbers, one_array
+from ..columns.arrow_numpy import arrow_of, arrow_values
 from ..formats.tar_members import Keys, Members
 from ..shard import Shard
 
@@ -118,7 +119,7 @@ def layout_columns(details: Sequence[dict[str, Any] | None]) -> dict[str, pa.Arr
     out = {}
     for name, kind in LAYOUT.items():
         if name in present or (name in _MEMBERS and "member_ext" in present):
-            out[name] = pa.array(_column_values(details, name), type=kind)
+            out[name] = arrow_values(_column_values(details, name), kind)
     return out
 
 
@@ -132,9 +133,9 @@ def shard_table(
     """The index table: the core columns, then the layout columns given."""
     columns: dict[str, Any] = {
         "url": urls,
-        "bytes": pa.array(np.asarray(sizes, dtype=np.int64)),
+        "bytes": arrow_of(np.asarray(sizes, dtype=np.int64)),
         "version": versions,
-        "records": pa.array(np.asarray(records, dtype=np.int64)),
+        "records": arrow_of(np.asarray(records, dtype=np.int64)),
     }
     columns.update({k: layout[k] for k in LAYOUT if k in layout})
     table = pa.table(columns)

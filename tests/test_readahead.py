@@ -1,0 +1,166 @@
+"""Local Parquet groups read by pyarrow on a reading thread (loader.read.readahead): the records are
+the files' own, whole; an error names the shard it came from, not one read before it."""
+
+from __future__ import annotations
+
+import itertools
+import subprocess
+import sys
+import threading
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import pyarrow as pa
+import pyarrow.parquet as pq
+import pytest
+
+from loader import ShardError, ShardIndex, StreamingDataset
+from loader.formats.parquet import ParquetFormat
+
+
+def _table(first: int, n: int, text: pa.DataType | None = None) -> pa.Table:
+    text = text or pa.string()
+    ids = np.arange(first, first + n, dtype=np.int64)
+    return pa.table(
+        {
+            "id": ids,
+            "text": pa.array([f"r{i}-" + "x" * (i % 13) for i in ids.tolist()], text),
+            "vec": pa.array([[i, i + 1, i + 2] for i in ids.tolist()], pa.list_(pa.int32())),
+        }
+    )
+
+
+def _expected(paths: list[Path]) -> dict[int, dict[str, Any]]:
+    """Every record of the files as pyarrow reads them, by id."""
+    rows = [r for p in paths for r in pq.read_table(p).to_pylist()]
+    return {r["id"]: r for r in rows}
+
+
+def _records(ds: StreamingDataset) -> list[dict[str, Any]]:
+    out = []
+    for r in ds:
+        out.append({k: v.tolist() if hasattr(v, "tolist") else v for k, v in r.items()})
+    return out
+
+
+def test_files_of_other_string_types_and_row_groups_read_whole(tmp_path: Path) -> None:
+    # string and large_string files alternate (pandas 3 and polars write the latter): the
+    # reading thread reads each as it is, the format casts each to the dataset's schema
+    paths = []
+    for s in range(6):
+        text = pa.large_string() if s % 2 else pa.string()
+        path = tmp_path / f"part-{s:05d}.parquet"
+        pq.write_table(_table(s * 100, 100, text), path, row_group_size=[17, 30, 50][s % 3])
+        paths.append(path)
+    want = _expected(paths)
+    for shuffle in (False, True):
+        got = _records(StreamingDataset(str(tmp_path), shuffle=shuffle, seed=3))
+        assert sorted(r["id"] for r in got) == sorted(want)
+        assert all(r == want[r["id"]] for r in got)  # every column of the record, whole
+    first = _records(StreamingDataset(str(tmp_path), shuffle=False))
+    assert [r["id"] for r in first] == list(range(600))  # storage order unshuffled
+
+
+def test_empty_row_groups_between_full_ones(tmp_path: Path) -> None:
+    path = tmp_path / "part-00000.parquet"
+    with pq.ParquetWriter(path, _table(0, 1).schema) as w:
+        w.write_table(_table(0, 40))
+        w.write_table(_table(40, 0))
+        w.write_table(_table(40, 40))
+    meta = pq.ParquetFile(path).metadata
+    assert [meta.row_group(g).num_rows for g in range(meta.num_row_groups)] == [40, 0, 40]
+    want = _expected([path])
+    got = _records(StreamingDataset(str(tmp_path), shuffle=True, seed=1))
+    assert len(got) == 80 and all(r == want[r["id"]] for r in got)
+    batches = list(StreamingDataset(str(tmp_path), shuffle=False, batch_size=16))
+    assert [int(i) for b in batches for i in b["id"]] == list(range(80))
+
+
+@pytest.mark.parametrize("shuffle", [False, True])
+def test_a_damaged_group_is_named_by_its_own_shard(tmp_path: Path, shuffle: bool) -> None:
+    # groups are read ahead: the error of the last shard's group must not be put on
+    # the group the consumer waits for, nor come before the records read ahead of it
+    for s in range(4):
+        pq.write_table(_table(s * 64, 64), tmp_path / f"part-{s:05d}.parquet", row_group_size=16)
+    d = ShardIndex.build(str(tmp_path)).shards[3].details
+    path = tmp_path / "part-00003.parquet"
+    raw = bytearray(path.read_bytes())
+    start, n = d["row_group_offsets"][3], d["row_group_bytes"][3]
+    raw[start : start + n] = b"\x17" * n  # garbage pages, same size: the footer parses
+    path.write_bytes(bytes(raw))
+    ds = StreamingDataset(str(tmp_path), shuffle=shuffle, seed=2)
+    got = []
+    named = r"part-00003.parquet: cannot read row groups \[[0-9, ]*3\]"
+    with pytest.raises(ShardError, match=named):
+        for r in ds:
+            got.append(int(r["id"]))
+    if not shuffle:  # the shards before came whole first (small row groups read as one)
+        assert got == list(range(len(got))) and len(got) >= 3 * 64
+
+
+def test_stopping_midway_then_reading_again(tmp_path: Path) -> None:
+    for s in range(5):
+        pq.write_table(_table(s * 200, 200), tmp_path / f"part-{s:05d}.parquet", row_group_size=25)
+    want = _expected(sorted(tmp_path.glob("*.parquet")))
+    ds = StreamingDataset(
+        str(tmp_path), shuffle=True, seed=5, batch_size=32, memory_budget=64 << 10
+    )
+    head = list(itertools.islice(iter(ds), 3))  # the reading closes with groups in flight
+    assert len(head) == 3
+    ids = [int(i) for b in ds for i in b["id"]]
+    assert sorted(ids) == sorted(want)
+    for b in StreamingDataset(str(tmp_path), shuffle=True, seed=5, batch_size=32):
+        for k, i in enumerate(b["id"].tolist()):
+            assert b["text"][k] == want[i]["text"]
+            assert b["vec"][k].tolist() == want[i]["vec"]
+
+
+def test_groups_are_read_on_the_reading_thread_ahead(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    for s in range(3):
+        pq.write_table(_table(s * 90, 90), tmp_path / f"part-{s:05d}.parquet", row_group_size=10)
+    read_on: list[str] = []
+    real = ParquetFormat.read_local
+
+    def spy(self: ParquetFormat, fs: Any, got: Any) -> pa.Table:
+        read_on.append(threading.current_thread().name)
+        return real(self, fs, got)
+
+    monkeypatch.setattr(ParquetFormat, "read_local", spy)
+    want = _expected(sorted(tmp_path.glob("*.parquet")))
+    got = _records(StreamingDataset(str(tmp_path), shuffle=True, seed=4))
+    assert sorted(r["id"] for r in got) == sorted(want) and all(r == want[r["id"]] for r in got)
+    assert read_on and all(name.startswith("shardstream-read") for name in read_on)
+
+
+_FRESH = """
+import sys
+import pyarrow.parquet as pq
+from loader import StreamingDataset
+root = sys.argv[1]
+batches = list(StreamingDataset(root, shuffle=True, seed=1, batch_size=7))
+records = list(StreamingDataset(root, shuffle=False))
+print(sorted(m for m in ("pandas", "pyarrow.dataset") if m in sys.modules))
+want = {r["id"]: r for r in pq.read_table(root).to_pylist()}  # (imports both)
+got = [{k: b[k][i] for k in ("id", "text")} for b in batches for i in range(len(b["id"]))]
+assert sorted(int(r["id"]) for r in got) == sorted(want)
+assert all(r["text"] == want[int(r["id"])]["text"] for r in got)
+assert [r["id"] for r in records] == sorted(want)
+assert all(r == want[r["id"]] for r in records)
+"""
+
+
+def test_a_fresh_process_reads_local_parquet_without_pandas(tmp_path: Path) -> None:
+    # pyarrow imports pandas (0.17 s, ~40 MB a process) from `pa.array`, `pa.scalar` and
+    # `import pyarrow.dataset`: indexing and reading local Parquet use none of them
+    import pandas  # noqa: F401  (installed: the test extra has it, so the check means something)
+
+    for s in range(3):
+        pq.write_table(_table(s * 50, 50), tmp_path / f"part-{s:05d}.parquet", row_group_size=8)
+    out = subprocess.run(
+        [sys.executable, "-c", _FRESH, str(tmp_path)], capture_output=True, text=True, timeout=300
+    )
+    assert out.returncode == 0, out.stderr[-3000:]
+    assert out.stdout.strip().splitlines() == ["[]"]
