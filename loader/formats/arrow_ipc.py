@@ -133,9 +133,9 @@ class ArrowFormat(ParquetFormat):
     def decode(self, fs: Any, got: Fetched, table: pa.Table | None = None) -> pa.Table:
         """The fetched batches, each frame checked against the index, read by pyarrow's
         readers (with the dictionaries they need), validated in full, as one table of the
-        index's schema. (`table`: Parquet's scans only; never given here.)"""
+        index's schema. (`table`: Parquet's reads ahead only; never given here.)"""
         if table is not None:
-            raise ValueError("Arrow IPC shards are not scanned (loader.read.scanning)")
+            raise ValueError("Arrow IPC shards are not read ahead (loader.read.readahead)")
         shard, d = got.shard, got.shard.details
         number = d.get("schema", 0)
         if number >= len(self.file_schemas):

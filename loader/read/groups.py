@@ -56,7 +56,7 @@ class GroupReader(Protocol):
         ...
 
     def decode(self, fs: Any, entry: Group, raw: Any, table: Any = None) -> Any:
-        """`entry`'s block from its fetched bytes (`table`: its rows, read by a scan)."""
+        """`entry`'s block from its fetched bytes (`table`: its rows, read on a reading thread)."""
         ...
 
     def estimate(self, shard_id: int, start: int, stop: int) -> tuple[int, int]:

@@ -221,12 +221,12 @@ class PlanReader:
         """Decode and join one group (in a decoding thread: the same few threads decode
         every group, so Arrow's allocator keeps free memory in few thread heaps), and
         charge the budget its measured size instead of the estimate. `table`: its rows,
-        read by a scan (loader.read.scanning), checked and shaped here."""
+        read on a reading thread (loader.read.readahead), checked and shaped here."""
         with active(self.stats):
             t0 = time.perf_counter()
             fetched = fetch_seconds()  # local files are read while decoding
             try:
-                fmt: Any = self.fmt  # a table from a scan: Parquet's decode takes it
+                fmt: Any = self.fmt  # a table read ahead: Parquet's decode takes it
                 part = fmt.decode(fs, raw) if table is None else fmt.decode(fs, raw, table)
                 block = self.fmt.join([part])
             except ConversionError as e:

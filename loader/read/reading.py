@@ -19,7 +19,7 @@ from sampler.plan import Chunk, Plan
 from .budget import MemoryBudget
 from .decoding import Ahead, decode_threads, decoding_pool
 from .groups import Group, GroupReader, finish
-from .scanning import Scans, scannable
+from .readahead import ReadAhead, reads_ahead
 
 __all__ = ["Key", "Reading", "Run"]
 
@@ -77,9 +77,9 @@ class Reading:
         # when the consumer reaches it (a tar group's fetch reads its bytes: fetching the
         # whole budget first would make the first record wait for all of them)
         self.unread: collections.deque[Group] = collections.deque()
-        # local Parquet: pyarrow's scanner decodes the groups, on its own threads
-        self.scans = Scans(reader, fs) if local and scannable(self.fmt) else None
-        if self.scans is not None:
+        # local Parquet: pyarrow reads the groups on a thread of their own
+        self.local = ReadAhead(reader, fs) if local and reads_ahead(self.fmt) else None
+        if self.local is not None:
             self.inline = True  # the consumer plans; nothing is fetched ahead
         if reader.prefetch is not None:
             self.budget = self._prefetch_budget(reader.prefetch)
@@ -137,8 +137,8 @@ class Reading:
 
     def _started(self, started: list[Group]) -> None:
         """The groups `pump` started, handed to what reads them."""
-        if self.scans is not None:
-            self.scans.add(started)
+        if self.local is not None:
+            self.local.add(started)
             return
         self.ahead.started(started)
         for entry in started:
@@ -182,10 +182,10 @@ class Reading:
         if key not in self.groups:
             self.pump(need=key)
         entry = self.groups[key]
-        if self.scans is not None:
+        if self.local is not None:
             if not entry.future.done():
                 with self.reader.stats.timer("wait_s"):
-                    self.scans.until(entry)
+                    self.local.until(entry)
             return self._checked(entry)
         while self.unread and not entry.claimed:  # inline: fetch in reading order, up to it
             self.reader.fetch(self.fs, self.unread.popleft())
@@ -222,7 +222,8 @@ class Reading:
             cut = int(np.sort(seen)[limit])  # the first record of one group too many
         for key, at in zip(keys, seen.tolist()):
             entry = self.groups.get((r, *key))
-            ready = entry is not None and (self.scans is not None or entry.future.done())
+            # (read ahead in reading order while the slab is made: as good as ready)
+            ready = entry is not None and (self.local is not None or entry.future.done())
             if at >= first and at < cut and not ready:
                 cut = at
         end = lo + (first if cut <= first else first + (cut - first) // step * step)
@@ -270,8 +271,8 @@ class Reading:
         entry = self.groups.pop(key, None)
         if entry is None:
             return
-        if self.scans is not None:
-            self.scans.drop(entry)
+        if self.local is not None:
+            self.local.drop(entry)
         elif self.inline and entry in self.unread:  # never fetched: nothing to wait for
             self.unread.remove(entry)
             entry.claimed = True
@@ -299,8 +300,8 @@ class Reading:
         self.ahead.halted = True
         for key in list(self.groups):
             self.let_go(key)
-        if self.scans is not None:
-            self.scans.close()
+        if self.local is not None:
+            self.local.close()
         self.pool.shutdown(wait=True)
         if not self.shared:
             self.decoders.shutdown(wait=True)
