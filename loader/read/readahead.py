@@ -67,21 +67,41 @@ class ReadAhead:
             finish(entry, None)
 
     def until(self, entry: Group) -> None:
-        """Decode groups in reading order until `entry`'s reading is over."""
+        """Decode groups in reading order until `entry`'s reading is over. The consumer
+        never only waits: a read the thread has not started is read here, and while the
+        thread reads the group waited for, the last read not started is read here
+        meanwhile (both cores read the first batch's groups)."""
         while not entry.future.done():
             if not self.reads and not self._submit():
                 raise RuntimeError("a group waited for was never started")  # never: `add`
             if not self.reads:
                 continue  # its fetch failed: the group ended with that error
-            first, got, read = self.reads.popleft()
+            first, got, read = self.reads[0]
+            if read is not None and not read.done() and not read.cancel() and self._steal():
+                continue
+            self.reads.popleft()
             self._top_up()
             table = None
-            if read is not None:
+            if read is not None and not read.cancelled():
                 try:
                     table = read.result()
                 except Exception:  # read again by the format: its error names the shard
                     table = None
             self._finish(first, got, table)
+
+    def _steal(self) -> bool:
+        """Read the last group whose read has not started here, now. False: none."""
+        for k in range(len(self.reads) - 1, 0, -1):
+            entry, got, read = self.reads[k]
+            if read is not None and read.cancel():
+                here: Future[pa.Table] = Future()
+                try:
+                    here.set_result(self.reader.fmt.read_local(self.fs, got))  # type: ignore[attr-defined]
+                except Exception as e:
+                    here.set_exception(e)
+                self.reads[k] = (entry, got, here)
+                return True
+        return False
 
     def close(self) -> None:
         """Stop: the groups not decoded end unread (their budget is refunded by their
