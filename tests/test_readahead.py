@@ -166,3 +166,19 @@ def test_a_fresh_process_reads_local_parquet_without_pandas(tmp_path: Path) -> N
     )
     assert out.returncode == 0, out.stderr[-3000:]
     assert out.stdout.strip().splitlines() == ["[]"]
+
+
+def test_local_reads_decode_into_the_read_pool(tmp_path: Path) -> None:
+    # ParquetFile takes no memory pool: its reader is swapped for one made with the pool
+    # (a pyarrow whose reader no longer opens so would silently keep mimalloc's growth)
+    from loader.formats.parquet import pooled, read_pool
+
+    path = tmp_path / "part-00000.parquet"
+    pq.write_table(_table(0, 3000), path, row_group_size=1000)
+    pool = read_pool()
+    assert pool is not None and pool.backend_name == "jemalloc"  # Linux wheels have it
+    pf = pooled(pq.ParquetFile(str(path)), str(path))
+    before = pool.bytes_allocated()
+    table = pf.read_row_groups([1], columns=["id", "vec"], use_threads=False)
+    assert pool.bytes_allocated() - before >= table.nbytes // 2
+    assert table.equals(pq.ParquetFile(str(path)).read_row_groups([1], columns=["id", "vec"]))

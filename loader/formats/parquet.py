@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import functools
 import threading
 from collections import OrderedDict
 from collections.abc import Callable, Iterator, Sequence
@@ -41,6 +42,43 @@ from .partitions import check_hive_values, partition_arrays
 __all__ = ["GROUP_BYTES", "ParquetFormat", "footer_details", "read_groups"]
 
 OPEN_FILES = 16  # local shards a decoding thread keeps open (a block's pieces and more)
+
+
+@functools.cache
+def read_pool() -> pa.MemoryPool | None:
+    """The pool local reads decode into: jemalloc's where pyarrow has it (Linux, macOS).
+    Groups decoded on the reading thread and freed by the consumer stay in the reading
+    thread's heap with pyarrow's default, mimalloc (measured: bench.py's second pass +146
+    MB of peak RSS with mimalloc, +75 with jemalloc, at the same CPU)."""
+    try:
+        return pa.jemalloc_memory_pool()
+    except (NotImplementedError, pa.ArrowNotImplementedError):
+        return None
+
+
+def pooled(pf: pq.ParquetFile, path: str) -> pq.ParquetFile:
+    """`pf` (the local file at `path`) reading into `read_pool()`. `ParquetFile` takes no
+    memory pool, so its reader is replaced by one of pyarrow's own readers made with the
+    pool (pyarrow._parquet's, the class `ParquetFile` makes, opened as `ParquetFile` opens
+    it, the footer given); with a pyarrow whose reader does not open so, `pf` as it is."""
+    pool = read_pool()
+    if pool is None:
+        return pf
+    try:
+        from pyarrow._parquet import ParquetReader
+
+        reader = ParquetReader(memory_pool=pool)
+        reader.open(
+            path,
+            metadata=pf.metadata,
+            pre_buffer=False,
+            arrow_extensions_enabled=True,
+        )
+    except (ImportError, TypeError, AttributeError):
+        return pf
+    pf.reader.close()
+    pf.reader = reader
+    return pf
 
 
 class ParquetFormat:
@@ -229,7 +267,8 @@ class ParquetFormat:
             files = self._open_files.d = OrderedDict()
         pf = files.get(key)
         if pf is None:
-            pf = pq.ParquetFile(fs._strip_protocol(got.shard.url), metadata=got.meta)
+            path = fs._strip_protocol(got.shard.url)
+            pf = pooled(pq.ParquetFile(path, metadata=got.meta), path)
             files[key] = pf
             while len(files) > OPEN_FILES:
                 files.popitem(last=False)[1].close()
