@@ -171,7 +171,7 @@ def test_a_fresh_process_reads_local_parquet_without_pandas(tmp_path: Path) -> N
 def test_local_reads_decode_into_the_read_pool(tmp_path: Path) -> None:
     # ParquetFile takes no memory pool: its reader is swapped for one made with the pool
     # (a pyarrow whose reader no longer opens so would silently keep mimalloc's growth)
-    from loader.formats.parquet import pooled, read_pool
+    from loader.formats.parquet_local import pooled, read_pool
 
     path = tmp_path / "part-00000.parquet"
     pq.write_table(_table(0, 3000), path, row_group_size=1000)

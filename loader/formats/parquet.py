@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import functools
 import threading
 from collections import OrderedDict
 from collections.abc import Callable, Iterator, Sequence
@@ -25,6 +24,7 @@ from ..storage.ranges import PartsFile
 from ..storage.retry import RetryPolicy, count_fetched, read_ranges
 from .deferred import complete, estimated_bytes, is_deferred
 from .parquet_fetch import Fetched, cast_to, fetch_column_chunks, packed, read_errors
+from .parquet_local import pooled
 from .parquet_meta import (
     FOOTERS,
     GROUP_BYTES,
@@ -42,43 +42,6 @@ from .partitions import check_hive_values, partition_arrays
 __all__ = ["GROUP_BYTES", "ParquetFormat", "footer_details", "read_groups"]
 
 OPEN_FILES = 16  # local shards a decoding thread keeps open (a block's pieces and more)
-
-
-@functools.cache
-def read_pool() -> pa.MemoryPool | None:
-    """The pool local reads decode into: jemalloc's where pyarrow has it (Linux, macOS).
-    Groups decoded on the reading thread and freed by the consumer stay in the reading
-    thread's heap with pyarrow's default, mimalloc (measured: bench.py's second pass +146
-    MB of peak RSS with mimalloc, +75 with jemalloc, at the same CPU)."""
-    try:
-        return pa.jemalloc_memory_pool()
-    except (NotImplementedError, pa.ArrowNotImplementedError):
-        return None
-
-
-def pooled(pf: pq.ParquetFile, path: str) -> pq.ParquetFile:
-    """`pf` (the local file at `path`) reading into `read_pool()`. `ParquetFile` takes no
-    memory pool, so its reader is replaced by one of pyarrow's own readers made with the
-    pool (pyarrow._parquet's, the class `ParquetFile` makes, opened as `ParquetFile` opens
-    it, the footer given); with a pyarrow whose reader does not open so, `pf` as it is."""
-    pool = read_pool()
-    if pool is None:
-        return pf
-    try:
-        from pyarrow._parquet import ParquetReader
-
-        reader = ParquetReader(memory_pool=pool)
-        reader.open(
-            path,
-            metadata=pf.metadata,
-            pre_buffer=False,
-            arrow_extensions_enabled=True,
-        )
-    except (ImportError, TypeError, AttributeError):
-        return pf
-    pf.reader.close()
-    pf.reader = reader
-    return pf
 
 
 class ParquetFormat:

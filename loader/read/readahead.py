@@ -7,10 +7,13 @@ no GIL while it reads and decodes, so decoding runs beside the consumer's Python
 instead of inside it: a thread takes the GIL twice a group (to start the read and to hand
 back the table), not per record.
 
-Measured on 2 cores (perfcheck's set, a shuffled take a group standing for the consumer):
-the same records/s and CPU as pyarrow's dataset scanner, which this replaced; the scanner
-imported `pyarrow.dataset`, and through it pandas where installed: 0.17 s and ~40 MB of a
-fresh process, all of it before the first batch.
+The consumer never only waits: a read not started yet is read by the consumer itself,
+and while the thread reads the group waited for, the consumer reads the last one not
+started (`until`). Measured on 2 cores (docs/benchmarks.md, "The reading thread"): about
+the records/s of pyarrow's dataset scanner, which this replaced, at less CPU in batch mode
+and mixtures, slower only at rank 0 of 4 in a process that had imported the scanner; the
+scanner imported `pyarrow.dataset`, and through it pandas where installed: 0.17 s and
+~40 MB of every fresh process, before the first batch.
 
 What a thread reads is checked and shaped by the format as its own reads are
 (`ParquetFormat.decode` with the table: row counts against the footer, the file's version,
