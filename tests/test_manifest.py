@@ -127,3 +127,53 @@ def test_a_parquet_manifest_needs_url_and_size(tmp_path: Path) -> None:
     pq.write_table(pa.table({"url": ["a.parquet"]}), tmp_path / "m.manifest.parquet")
     with pytest.raises(ValueError, match=r"needs columns url and size \(missing \['size'\]"):
         ShardIndex.build(str(tmp_path / "m.manifest.parquet"))
+
+
+_FRESH = """
+import json, sys
+from loader import ShardIndex, StreamingDataset
+from tests.datagen import record_id
+ids = {m: sorted(record_id(r) for r in StreamingDataset(m, seed=2)) for m in sys.argv[1:]}
+sizes = {m: ShardIndex.build(m).shard_sizes.tolist() for m in sys.argv[1:]}
+print(sorted(m for m in ("pandas", "pyarrow.dataset") if m in sys.modules))
+print(json.dumps([ids, sizes]))
+"""
+
+
+def test_manifests_start_without_pandas(tmp_path: Path) -> None:
+    # pyarrow imports pandas (0.17 s, ~40 MB) from `pa.array`, `pa.scalar`, `fill_null`
+    # and compute calls given Python values: a manifest's relative URLs, "-" counts and
+    # quoted versions are read without them
+    import json
+    import subprocess
+    import sys
+
+    import pandas  # noqa: F401  (installed: the test extra has it, so the check means something)
+
+    write_dataset(LOCAL, str(tmp_path / "d"), "parquet")
+    listed = ShardIndex.build(str(tmp_path / "d"))
+    text = _lines(listed, records=False, version="quoted")
+    (tmp_path / "d" / "a.manifest").write_text(text)
+    table = pa.table(
+        {
+            "url": [s.url.rsplit("/", 1)[1] for s in listed.shards],
+            "size": [s.bytes for s in listed.shards],
+            "records": [s.num_records if i % 2 else None for i, s in enumerate(listed.shards)],
+            "version": ["-" if i % 3 else s.version for i, s in enumerate(listed.shards)],
+        }
+    )
+    pq.write_table(table, tmp_path / "d" / "b.manifest.parquet")
+    sources = [str(tmp_path / "d" / n) for n in ("a.manifest", "b.manifest.parquet")]
+    root = Path(__file__).resolve().parents[1]
+    out = subprocess.run(
+        [sys.executable, "-c", _FRESH, *sources],
+        capture_output=True,
+        text=True,
+        timeout=300,
+        cwd=root,
+    )
+    assert out.returncode == 0, out.stderr[-3000:]
+    modules, got = out.stdout.strip().splitlines()
+    assert modules == "[]"
+    want = list(range(sum(SIZES)))
+    assert json.loads(got) == [{m: want for m in sources}, {m: SIZES for m in sources}]

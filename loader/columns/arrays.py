@@ -26,13 +26,17 @@ def numbers(col: pa.Array | pa.ChunkedArray, fill: int = 0) -> np.ndarray:
     arr = one_array(col)
     if arr.type not in _NUMPY:
         arr = arr.cast(pa.int64())
-    if arr.null_count:
-        arr = arr.fill_null(fill)
     kind = np.dtype(_NUMPY[arr.type])
-    data = arr.buffers()[1]
+    n = len(arr)
+    validity, data = arr.buffers()[:2]
     if data is None:
-        return np.zeros(len(arr), dtype=kind)
-    return np.frombuffer(data, dtype=kind, count=len(arr), offset=arr.offset * kind.itemsize)
+        return np.full(n, fill, dtype=kind) if arr.null_count else np.zeros(n, dtype=kind)
+    values = np.frombuffer(data, dtype=kind, count=n, offset=arr.offset * kind.itemsize)
+    if arr.null_count:  # (not `fill_null`: its Python fill value looks pandas up too)
+        bits = np.unpackbits(np.frombuffer(validity, dtype=np.uint8), bitorder="little")
+        values = np.where(bits[arr.offset : arr.offset + n].astype(bool), values, fill)
+        values = values.astype(kind, copy=False)
+    return values
 
 
 def flags(mask: pa.Array | pa.ChunkedArray) -> np.ndarray:

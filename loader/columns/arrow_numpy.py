@@ -17,7 +17,7 @@ import numpy as np
 import numpy.typing as npt
 import pyarrow as pa
 
-__all__ = ["arrow_of", "arrow_values", "indices", "numpy_of", "strings"]
+__all__ = ["arrow_of", "arrow_values", "indices", "numpy_of", "string_scalar", "strings"]
 
 _DTYPES = {
     pa.int8(): np.int8,
@@ -113,6 +113,12 @@ def strings(values: Sequence[str | None]) -> pa.Array:
         pa.py_buffer(b"".join(data)),
         _validity(nulls if nulls.any() else None),
     )
+
+
+def string_scalar(value: str | None) -> pa.Scalar:
+    """An Arrow string scalar, for compute functions (a Python str argument is converted
+    by `pa.scalar`, which looks pandas up)."""
+    return strings([value])[0]
 
 
 def _validity(nulls: npt.NDArray[np.bool_] | None) -> pa.Buffer | None:

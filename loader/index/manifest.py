@@ -31,6 +31,7 @@ import pyarrow as pa
 import pyarrow.compute as pc
 import pyarrow.parquet as pq
 
+from ..columns.arrow_numpy import string_scalar, strings
 from ..errors import ShardError
 from ..storage.filesystems import file_entry, filesystem, redact
 from ..storage.retry import RetryPolicy, read_ranges
@@ -67,7 +68,7 @@ def _resolve(base: str, urls: pa.Array) -> pa.Array:
     relative = pc.invert(pc.or_(pc.match_substring(urls, "://"), pc.starts_with(urls, "/")))
     if not pc.any(relative).as_py():
         return urls
-    joined = pc.binary_join_element_wise(base, urls, "/")
+    joined = pc.binary_join_element_wise(string_scalar(base), urls, string_scalar("/"))
     return joined if pc.all(relative).as_py() else pc.if_else(relative, joined, urls)
 
 
@@ -87,8 +88,8 @@ def _tags(versions: pa.Array) -> pa.Array:
     """Versions as strings, an S3 ETag's quotes (as S3 Inventory and the API give it)
     stripped, ``-`` and empty as null."""
     versions = pc.utf8_trim(versions.cast(pa.string()), '"')
-    empty = pc.is_in(versions, pa.array(["-", ""]))
-    return pc.if_else(empty, pa.scalar(None, pa.string()), versions)
+    empty = pc.is_in(versions, strings(["-", ""]))
+    return pc.if_else(empty, string_scalar(None), versions)
 
 
 def _text_rows(text: str, url: str, base: str) -> Manifest:
@@ -111,10 +112,10 @@ def _text_rows(text: str, url: str, base: str) -> Manifest:
         records.append(-1 if count is None else count)
         versions.append(fields[3] if len(fields) > 3 else None)
     return Manifest(
-        _resolve(base, pa.array(urls, pa.string())),
+        _resolve(base, strings(urls)),
         np.array(sizes, dtype=np.int64),
         np.array(records, dtype=np.int64),
-        _tags(pa.array(versions, pa.string())),
+        _tags(strings(versions)),
     )
 
 
@@ -124,7 +125,7 @@ def _integers(table: pa.Table, name: str, url: str, required: bool) -> npt.NDArr
     shown = redact(url)
     if not (pa.types.is_integer(col.type) or pa.types.is_floating(col.type)):
         text = col.cast(pa.string())
-        col = pc.if_else(pc.equal(text, "-"), pa.scalar(None, pa.string()), text)
+        col = pc.if_else(pc.equal(text, string_scalar("-")), string_scalar(None), text)
         try:
             col = col.cast(pa.int64())
         except (pa.ArrowInvalid, pa.ArrowNotImplementedError):
