@@ -94,12 +94,13 @@ class ReadAhead:
 
     def _steal(self) -> bool:
         """Read the last group whose read has not started here, now. False: none."""
+        fmt: Any = self.reader.fmt  # Parquet's
         for k in range(len(self.reads) - 1, 0, -1):
             entry, got, read = self.reads[k]
             if read is not None and read.cancel():
                 here: Future[pa.Table] = Future()
                 try:
-                    here.set_result(self.reader.fmt.read_local(self.fs, got))  # type: ignore[attr-defined]
+                    here.set_result(fmt.read_local(self.fs, got))
                 except Exception as e:
                     here.set_exception(e)
                 self.reads[k] = (entry, got, here)
