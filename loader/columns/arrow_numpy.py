@@ -51,8 +51,7 @@ def numpy_of(arr: pa.Array) -> np.ndarray:
 def indices(rows: npt.NDArray[Any]) -> pa.Array:
     """An int64 numpy array as an Arrow array for `take` (a view, no copy when the array is
     contiguous int64)."""
-    rows = np.ascontiguousarray(rows, dtype=np.int64)
-    return pa.Array.from_buffers(pa.int64(), len(rows), [None, pa.py_buffer(rows)])
+    return arrow_of(np.ascontiguousarray(rows, dtype=np.int64))
 
 
 _ARROW = {np.dtype(v): k for k, v in _DTYPES.items()}
