@@ -40,6 +40,7 @@ import os
 import threading
 import time
 from collections.abc import Sequence
+from concurrent import futures
 from pathlib import Path
 from typing import Any
 
@@ -66,6 +67,7 @@ log = logging.getLogger(__name__)
 
 BLOCK = 1 << 20  # bytes a cached block holds (the unit fetched, kept and evicted)
 POLL = 0.01  # seconds between looks at a block another process is fetching
+CHECKS = 8  # threads checking a reading's shards against the remote at once
 
 
 class NodeCache(Holdings):
@@ -94,6 +96,7 @@ class NodeCache(Holdings):
         self._inflight: dict[str, int] = {}  # blocks others were fetching at the listing
         self._scanned = -float("inf")
         self._checked: set[str] = set()  # shards (url keys) checked against the remote
+        self._checks: dict[str, futures.Future[None]] = {}  # checks started ahead (`check_ahead`)
         # the node's processes writing to the folder (eviction makes room for a block each)
         self.sharers = max(1, sharers)
 
@@ -193,6 +196,25 @@ class NodeCache(Holdings):
             out[i].append(parts[k] if k in parts else whole[name][x:y])
         return [p[0] if len(p) == 1 else b"".join(p) for p in out]
 
+    def holds(
+        self,
+        urls: Sequence[str],
+        starts: Sequence[int],
+        ends: Sequence[int],
+        indexed: Sequence[Indexed],
+    ) -> bool:
+        """Whether the folder holds (or the node is fetching) every block of bytes
+        [starts[i], ends[i]) of urls[i] (of the indexed (size, version)), as listed now:
+        a reading of them is then served from here. A block evicted meanwhile is still
+        fetched when read."""
+        held = self.held(rescan=True)
+        for url, a, b, (size, version) in zip(urls, starts, ends, indexed):
+            key = shard_key(url, version)
+            for lo in range(a - a % self.block, b, self.block):
+                if f"{key}-{lo}-{min(lo + self.block, size)}.blk" not in held:
+                    return False
+        return True
+
     def _fetch(
         self,
         names: list[str],
@@ -239,11 +261,40 @@ class NodeCache(Holdings):
             key = shard_key(urls[i], indexed[i][1])
             if key in self._checked:
                 continue
-            fs.invalidate_cache(fs._strip_protocol(urls[i]))
-            check_version(fs, urls[i], *indexed[i])
+            with self._lock:
+                ahead = self._checks.pop(key, None)
+            if ahead is not None:
+                ahead.result()  # started by `check_ahead`: its StaleIndexError, if any
+            else:
+                self._check_one(fs, urls[i], indexed[i])
             current().add("requests", 1)
             with self._lock:
                 self._checked.add(key)
+
+    def check_ahead(self, fs: Any, urls: Sequence[str], indexed: Sequence[Indexed]) -> None:
+        """Start the checks of these shards against the remote now, at once (CHECKS
+        threads), rather than one round trip each as their first cached reads come: a
+        shard's first cached read then waits for its check (and raises its
+        StaleIndexError) instead of making it."""
+        todo = {}
+        with self._lock:
+            for url, got in zip(urls, indexed):
+                key = shard_key(url, got[1])
+                if key not in self._checked and key not in self._checks:
+                    todo[key] = (url, got)
+        if not todo:
+            return
+        pool = futures.ThreadPoolExecutor(min(CHECKS, len(todo)), thread_name_prefix="cache-check")
+        started = {key: pool.submit(self._check_one, fs, *args) for key, args in todo.items()}
+        pool.shutdown(wait=False)
+        with self._lock:
+            self._checks.update(started)
+
+    @staticmethod
+    def _check_one(fs: Any, url: str, indexed: Indexed) -> None:
+        """StaleIndexError if the remote file is no longer the indexed version."""
+        fs.invalidate_cache(fs._strip_protocol(url))
+        check_version(fs, url, *indexed)
 
     # --- the files ---------------------------------------------------------------------
 

@@ -86,10 +86,12 @@ class ArrowFormat(ParquetFormat):
         shard: Shard,
         rows: Sequence[tuple[int, int]],
         columns: Sequence[str] | None,
+        chunks: bool = True,
     ) -> list[Fetched]:
         """The bytes of the record batches holding each row range (one range read each),
         of the dictionary batches they need, and of the shard's head (`HEADS`) when this
-        process has not read it yet: all in one concurrent read."""
+        process has not read it yet: all in one concurrent read (`chunks` is Parquet's:
+        Arrow IPC shards are always read so)."""
         names, cols = self._names(columns)
         d = shard.details
         if d.get("ipc") not in ("file", "stream"):

@@ -2,8 +2,6 @@
 
 from __future__ import annotations
 
-import threading
-from collections import OrderedDict
 from collections.abc import Callable, Iterator, Sequence
 from typing import Any
 
@@ -24,12 +22,11 @@ from ..storage.ranges import PartsFile
 from ..storage.retry import RetryPolicy, count_fetched, read_ranges
 from .deferred import complete, estimated_bytes, is_deferred
 from .parquet_fetch import Fetched, cast_to, fetch_column_chunks, packed, read_errors
-from .parquet_local import pooled
+from .parquet_local import OpenFiles, through
 from .parquet_meta import (
     FOOTERS,
     GROUP_BYTES,
     TAIL,
-    FooterKey,
     check_footer,
     column_ranges,
     footer_details,
@@ -40,8 +37,6 @@ from .parquet_meta import (
 from .partitions import check_hive_values, partition_arrays
 
 __all__ = ["GROUP_BYTES", "ParquetFormat", "footer_details", "read_groups"]
-
-OPEN_FILES = 16  # local shards a decoding thread keeps open (a block's pieces and more)
 
 
 class ParquetFormat:
@@ -71,15 +66,7 @@ class ParquetFormat:
         self._fixed = [n for n, k in (kinds or {}).items() if k.ragged and k.pad is None]
         # plain list columns: the row length first read (shared by a mixture's streams)
         self._lengths: dict[str, int] = {} if lengths is None else lengths
-        self._open_files = threading.local()  # per decoding thread: the last files read
-
-    def __getstate__(self) -> dict[str, Any]:
-        """Pickled (to DataLoader workers) without the threads' open files."""
-        return {k: v for k, v in self.__dict__.items() if k != "_open_files"}
-
-    def __setstate__(self, state: dict[str, Any]) -> None:
-        self.__dict__.update(state)
-        self._open_files = threading.local()
+        self._open_files = OpenFiles()  # per reading thread: the last files read
 
     def scan(self, fs: Any, entries: Sequence[FileEntry]) -> list[dict[str, Any]]:
         """One batched range read of each shard's last `TAIL` bytes (fsspec's cat_ranges
@@ -131,10 +118,18 @@ class ParquetFormat:
         return self.decode(fs, self.fetch(fs, shard, start, stop, columns))
 
     def fetch(
-        self, fs: Any, shard: Shard, start: int, stop: int, columns: Sequence[str] | None
+        self,
+        fs: Any,
+        shard: Shard,
+        start: int,
+        stop: int,
+        columns: Sequence[str] | None,
+        chunks: bool = True,
     ) -> Fetched:
-        """The storage part of `read`: the footer and (not local) the column chunks."""
-        return self.fetch_many(fs, shard, [(start, stop)], columns)[0]
+        """The storage part of `read`: the footer and (not local, `chunks`) the column
+        chunks. Without `chunks`, a remote shard's chunks are read by the decode, each as
+        pyarrow asks for it (`read_local`: a shard the node cache holds)."""
+        return self.fetch_many(fs, shard, [(start, stop)], columns, chunks)[0]
 
     def fetch_many(
         self,
@@ -142,6 +137,7 @@ class ParquetFormat:
         shard: Shard,
         rows: Sequence[tuple[int, int]],
         columns: Sequence[str] | None,
+        chunks: bool = True,
     ) -> list[Fetched]:
         """`fetch` of several row ranges of one shard, their column chunks read together:
         one coalesced set of ranged reads (fewer, larger requests), shared by all."""
@@ -155,11 +151,26 @@ class ParquetFormat:
         with read_errors(shard.url, every):
             meta = self._metadata(fs, shard)
             parts = None
-            if not isinstance(fs, LocalFileSystem):
+            local = isinstance(fs, LocalFileSystem)
+            if not local and chunks:
                 parts = fetch_column_chunks(fs, shard, meta, every, cols, self.retry)
         for x in got:
-            x.meta, x.parts = meta, parts
+            x.meta, x.parts, x.cached = meta, parts, not local and not chunks
         return got
+
+    def stored_ranges(
+        self, fs: Any, shard: Shard, start: int, stop: int, columns: Sequence[str] | None
+    ) -> tuple[list[int], list[int]] | None:
+        """(starts, ends): the byte ranges a read of rows [start, stop) of the asked columns
+        fetches (its footer's column chunks); None for a shard only counted so far."""
+        if is_deferred(shard):
+            return None
+        _, groups = row_groups(shard, start, stop)
+        _, cols = self._names(columns)
+        with read_errors(shard.url, groups):
+            starts, ends = column_ranges(shard.url, self._metadata(fs, shard), groups, cols)
+        limit = shard.bytes - int(shard.details["footer_bytes"])
+        return starts, [min(e, limit) for e in ends]
 
     def _names(self, columns: Sequence[str] | None) -> tuple[list[str] | None, list[str] | None]:
         """(the columns a read gives, in order; those of them stored in the file: not
@@ -177,7 +188,10 @@ class ParquetFormat:
         loader.read.readahead), which this checks and shapes as its own reads."""
         url, groups, cols = got.shard.url, got.groups, got.cols
         with read_errors(url, groups):
-            if got.parts is None:
+            if got.cached:  # read through the node cache, which checks what it serves
+                if table is None:
+                    table = self.read_local(fs, got)
+            elif got.parts is None:
                 try:
                     if table is None:
                         table = self.read_local(fs, got)
@@ -204,10 +218,16 @@ class ParquetFormat:
 
     def read_local(self, fs: Any, got: Fetched) -> pa.Table:
         """The rows of a local read's row groups as pyarrow reads them, unchecked (`decode`
-        checks and shapes them): on any thread; each keeps its last few files open."""
+        checks and shapes them): on any thread; each keeps its last few files open. A
+        remote shard fetched without its chunks (`got.cached`) is read the same way through
+        a file whose every read is a ranged read of the indexed version: inside
+        `loader.storage.through.reading_shard`, from the node cache's checked blocks."""
         # one thread a read: several groups are decoded at once, and pyarrow's pool on
         # top only adds contention (measured slower)
-        pf = self._open(fs, got)
+        if got.cached:
+            pf = through(got.shard, got.meta, self._fetcher(fs, got.shard))
+        else:
+            pf = self._open_files.get(fs, got.shard, got.meta)
         return pf.read_row_groups(got.groups, columns=got.cols, use_threads=False)
 
     def _fetcher(self, fs: Any, shard: Shard) -> Callable[[int, int], bytes]:
@@ -218,25 +238,6 @@ class ParquetFormat:
             return read_ranges(fs, [shard.url], [start], [end], self.retry, indexed)[0]
 
         return fetch
-
-    def _open(self, fs: Any, got: Fetched) -> pq.ParquetFile:
-        """The shard's file, opened by pyarrow with its cached footer; each decoding thread
-        keeps its last few open (a shard's groups are read one after the other: opening
-        the file and its reader for each took a fifth of a small group's decoding). A file
-        replaced meanwhile is still caught: `decode` checks the version after each read."""
-        key = (got.shard.url, got.shard.bytes, got.shard.version)
-        files: OrderedDict[FooterKey, pq.ParquetFile] | None = getattr(self._open_files, "d", None)
-        if files is None:
-            files = self._open_files.d = OrderedDict()
-        pf = files.get(key)
-        if pf is None:
-            path = fs._strip_protocol(got.shard.url)
-            pf = pooled(pq.ParquetFile(path, metadata=got.meta), path)
-            files[key] = pf
-            while len(files) > OPEN_FILES:
-                files.popitem(last=False)[1].close()
-        files.move_to_end(key)
-        return pf
 
     def _shape(self, table: pa.Table, shard: Shard, names: list[str] | None) -> pa.Table:
         """A piece as the dataset has it: the file's columns in the asked order, cast where

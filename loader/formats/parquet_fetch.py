@@ -79,7 +79,8 @@ def packed(arrays: dict[str, np.ndarray]) -> dict[str, torch.Tensor]:
 
 class Fetched:
     """What `ParquetFormat.fetch` got for rows [start, stop) of a shard: its footer and,
-    off local disk, the bytes of the column chunks to decode."""
+    off local disk, the bytes of the column chunks to decode (`parts`; `cached`: none,
+    the decode reads them, from the node cache)."""
 
     def __init__(
         self,
@@ -95,6 +96,8 @@ class Fetched:
         self.groups, self.names, self.cols = groups, names, cols
         self.meta: Any = None
         self.parts: dict[tuple[int, int], bytes] | None = None
+        # remote, its chunks not fetched: read as the decode asks (through the node cache)
+        self.cached = False
 
 
 @contextmanager

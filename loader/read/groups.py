@@ -15,6 +15,7 @@ if TYPE_CHECKING:
     from ..formats import Format
     from ..index.shard_index import ShardIndex
     from ..stats import Stats
+    from ..storage.through import ByteCache
     from .budget import MemoryBudget
 
 __all__ = ["Group", "GroupReader", "Holder", "Stopped", "finish"]
@@ -50,6 +51,11 @@ class GroupReader(Protocol):
     prefetch: int | None
     decoders: ThreadPoolExecutor | None
     stats: Stats
+
+    @property
+    def cache(self) -> ByteCache | None:
+        """The node cache remote reads go through, if any."""
+        ...
 
     def fetch(self, fs: Any, entry: Group) -> None:
         """Fetch `entry` (and the groups it takes along); its future gets the block."""

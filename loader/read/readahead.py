@@ -15,6 +15,11 @@ and mixtures, slower only at rank 0 of 4 in a process that had imported the scan
 scanner imported `pyarrow.dataset`, and through it pandas where installed: 0.17 s and
 ~40 MB of every fresh process, before the first batch.
 
+Shards of a remote source that the node cache holds (loader.cache.node) are read here too
+(`cache`): pyarrow reads their column chunks through a file whose reads go through the
+cache (checked blocks on local disk; a block it lacks is fetched, on the reading thread),
+not the remote path's fetching and decoding threads.
+
 What a thread reads is checked and shaped by the format as its own reads are
 (`ParquetFormat.decode` with the table: row counts against the footer, the file's version,
 casts, partition columns, kinds). A read that fails on a thread is read again by the format
@@ -30,6 +35,7 @@ from typing import Any
 import pyarrow as pa
 
 from ..stats import active
+from ..storage.through import ByteCache, reading_shard
 from .groups import Group, GroupReader, finish
 
 __all__ = ["READAHEAD", "THREADS", "ReadAhead", "reads_ahead"]
@@ -49,10 +55,11 @@ _Read = tuple[Group, Any, "Future[pa.Table] | None"]  # (group, its fetch, its r
 
 class ReadAhead:
     """The groups of one reading that threads read: queued in reading order (`add`), read
-    `READAHEAD` ahead, decoded in that order as the consumer waits for them (`until`)."""
+    `READAHEAD` ahead, decoded in that order as the consumer waits for them (`until`).
+    `cache`: the shards are remote, read through this cache."""
 
-    def __init__(self, reader: GroupReader, fs: Any) -> None:
-        self.reader, self.fs = reader, fs
+    def __init__(self, reader: GroupReader, fs: Any, cache: ByteCache | None = None) -> None:
+        self.reader, self.fs, self.cache = reader, fs, cache
         self.queue: collections.deque[Group] = collections.deque()  # not submitted yet
         self.reads: collections.deque[_Read] = collections.deque()  # submitted, in order
         self.pool = ThreadPoolExecutor(THREADS, thread_name_prefix="shardstream-read")
@@ -94,13 +101,12 @@ class ReadAhead:
 
     def _steal(self) -> bool:
         """Read the last group whose read has not started here, now. False: none."""
-        fmt: Any = self.reader.fmt  # Parquet's
         for k in range(len(self.reads) - 1, 0, -1):
             entry, got, read = self.reads[k]
             if read is not None and read.cancel():
                 here: Future[pa.Table] = Future()
                 try:
-                    here.set_result(fmt.read_local(self.fs, got))
+                    here.set_result(self._read(entry.shard, got))
                 except Exception as e:
                     here.set_exception(e)
                 self.reads[k] = (entry, got, here)
@@ -132,18 +138,27 @@ class ReadAhead:
         except Exception as e:
             finish(entry, None, e)
             return True
-        fmt: Any = self.reader.fmt  # Parquet's
-        read = None if entry.dropped else self.pool.submit(fmt.read_local, self.fs, got)
+        read = None if entry.dropped else self.pool.submit(self._read, entry.shard, got)
         self.reads.append((entry, got, read))
         return True
+
+    def _read(self, shard: int, got: Any) -> pa.Table:
+        """The rows of a fetched group, as pyarrow reads them (unchecked: see `_finish`)."""
+        fmt: Any = self.reader.fmt  # Parquet's
+        if self.cache is None:
+            return fmt.read_local(self.fs, got)
+        with active(self.reader.stats), reading_shard(self.cache, shard):
+            return fmt.read_local(self.fs, got)
 
     def _fetch(self, entry: Group) -> Any:
         """What a read of `entry` reads (its shard's row groups, from the index and footer)."""
         reader = self.reader
         fmt: Any = reader.fmt
-        with active(reader.stats):
+        shard = reader.index.shards[entry.shard]
+        with active(reader.stats), reading_shard(self.cache, entry.shard):
+            # remote (cached): only the footer; the reading thread reads the chunks
             return fmt.fetch(
-                self.fs, reader.index.shards[entry.shard], entry.first, entry.stop, reader.columns
+                self.fs, shard, entry.first, entry.stop, reader.columns, self.cache is None
             )
 
     def _finish(self, entry: Group, got: Any, table: pa.Table | None) -> None:
@@ -154,7 +169,8 @@ class ReadAhead:
             return
         block, error = None, None
         try:
-            block = self.reader.decode(self.fs, entry, got, table)
+            with reading_shard(self.cache, entry.shard):  # (table None: read here)
+                block = self.reader.decode(self.fs, entry, got, table)
         except BaseException as e:
             error = e
         finish(entry, block, error)

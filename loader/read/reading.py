@@ -16,6 +16,7 @@ from fsspec.implementations.local import LocalFileSystem
 
 from sampler.plan import Chunk, Plan
 
+from ..storage.through import reading_shard
 from .budget import MemoryBudget
 from .decoding import Ahead, decode_threads, decoding_pool
 from .groups import Group, GroupReader, finish
@@ -77,12 +78,54 @@ class Reading:
         # when the consumer reaches it (a tar group's fetch reads its bytes: fetching the
         # whole budget first would make the first record wait for all of them)
         self.unread: collections.deque[Group] = collections.deque()
-        # local Parquet: pyarrow reads the groups on a thread of their own
-        self.local = ReadAhead(reader, fs) if local and reads_ahead(self.fmt) else None
+        # local Parquet: pyarrow reads the groups on a thread of their own; so does remote
+        # Parquet the node cache holds (read through the cache: cached epochs read at
+        # about local disk's speed, not the remote path's)
+        cached = not local and reads_ahead(self.fmt) and self._cached()
+        self.local = (
+            ReadAhead(reader, fs, reader.cache if cached else None)
+            if (local or cached) and reads_ahead(self.fmt)
+            else None
+        )
         if self.local is not None:
             self.inline = True  # the consumer plans; nothing is fetched ahead
         if reader.prefetch is not None:
             self.budget = self._prefetch_budget(reader.prefetch)
+
+    def _cached(self) -> bool:
+        """Whether the reader's node cache holds all the stored bytes the runs read (an
+        epoch after the first, as a rule): then they are read from it on a reading thread,
+        and the checks of their shards against the remote start now, all at once."""
+        cache = self.reader.cache
+        if cache is None:
+            return False
+        fmt: Any = self.fmt  # Parquet's
+        shards = self.reader.index.shards
+        urls: list[str] = []
+        starts: list[int] = []
+        ends: list[int] = []
+        indexed: list[tuple[int, str | None]] = []
+        checked: dict[int, None] = {}  # the shards read, in order
+        for plan, a, b in self.runs:
+            if a >= b:
+                continue
+            for sid, lo, hi in zip(plan.shards.tolist(), plan.starts.tolist(), plan.stops.tolist()):
+                shard = shards[sid]
+                with reading_shard(cache, sid):  # a footer not held in memory: from the cache
+                    got = fmt.stored_ranges(self.fs, shard, lo, hi, self.reader.columns)
+                if got is None:
+                    return False
+                urls += [shard.url] * len(got[0])
+                starts += got[0]
+                ends += got[1]
+                indexed += [(shard.bytes, shard.version)] * len(got[0])
+                checked[sid] = None
+        if not cache.holds(urls, starts, ends, indexed):
+            return False
+        ids = list(checked)
+        versions = [(shards[i].bytes, shards[i].version) for i in ids]
+        cache.check_ahead(self.fs, [shards[i].url for i in ids], versions)
+        return True
 
     def ahead_of(self, chunks: Iterator[Chunk]) -> Iterator[Chunk]:
         """The chunks, each next one computed by the planning thread while this one is

@@ -38,6 +38,20 @@ class ByteCache(Protocol):
         fetched with `fetch` (and kept)."""
         ...
 
+    def holds(
+        self,
+        urls: Sequence[str],
+        starts: Sequence[int],
+        ends: Sequence[int],
+        indexed: Sequence[Indexed],
+    ) -> bool:
+        """Whether the cache holds all of bytes [starts[i], ends[i]) of urls[i]."""
+        ...
+
+    def check_ahead(self, fs: Any, urls: Sequence[str], indexed: Sequence[Indexed]) -> None:
+        """Start checking these shards against the remote (their first reads wait for it)."""
+        ...
+
 
 _local = threading.local()
 

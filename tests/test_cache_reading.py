@@ -1,0 +1,107 @@
+"""Epochs the node cache serves, read as local files are (loader.read.readahead over the cache),
+against a real S3 endpoint (moto): every column of every record as an uncached read and
+pyarrow.dataset give them, nothing fetched, and a reading the cache only partly holds taking
+the remote path."""
+
+from __future__ import annotations
+
+import threading
+from pathlib import Path
+from typing import Any
+
+import pyarrow.dataset as pads
+import pytest
+import torch
+
+from loader import ShardIndex, StreamingDataset
+
+from .datagen import write_dataset
+
+SIZES = [300, 0, 410, 170, 350, 90]
+READING_THREAD = "shardstream-read"
+
+
+@pytest.fixture
+def small_blocks(monkeypatch: pytest.MonkeyPatch) -> int:
+    """Blocks of 16 KiB, so the test shards (~100-400 KB) are several blocks each."""
+    import loader.cache.node
+
+    monkeypatch.setattr(loader.cache.node, "BLOCK", 16384)
+    return 16384
+
+
+def upload(s3: Any) -> str:
+    fs = s3.fs()
+    fs.mkdir("cachedread")
+    write_dataset(fs, "cachedread/p", "parquet", sizes=SIZES, row_group_size=40, payload=600)
+    return "s3://cachedread/p"
+
+
+def dataset(url: str, options: dict[str, Any], cache: Path | None, epoch: int, **kw: Any) -> Any:
+    ds = StreamingDataset(url, storage_options=options, cache_dir=cache, seed=3, **kw)
+    ds.set_epoch(epoch)
+    return ds
+
+
+def read(ds: Any) -> tuple[list[Any], set[str]]:
+    """What `ds` yields, and the names of the threads alive after its first item."""
+    it = iter(ds)
+    first = next(it)
+    names = {t.name for t in threading.enumerate()}
+    return [first, *it], names
+
+
+def test_a_cached_epoch_is_read_on_the_reading_thread_record_for_record(
+    s3: Any, tmp_path: Path, small_blocks: int
+) -> None:
+    options = s3.storage_options
+    url = ShardIndex.build(upload(s3), storage_options=options)
+    list(dataset(url, options, tmp_path / "n", 0))  # epoch 0 fills the cache
+    ds = dataset(url, options, tmp_path / "n", 1)
+    got, threads = read(ds)
+    plain, plain_threads = read(dataset(url, options, None, 1))
+    assert any(n.startswith(READING_THREAD) for n in threads), threads
+    assert not any(n.startswith(READING_THREAD) for n in plain_threads)  # the remote path
+    assert got == plain  # every column of every record, in the same order
+    stats = ds.stats()
+    assert stats["bytes_fetched"] == 0 and stats["cache_hit_bytes"] > 0
+    # and each record is its row as pyarrow.dataset reads it, every column
+    rows = pads.dataset("cachedread/p", format="parquet", filesystem=s3.fs()).to_table()
+    by_id = {r["id"]: r for r in rows.to_pylist()}
+    assert len(got) == sum(SIZES) and all(r == by_id[r["id"]] for r in got)
+
+
+def test_a_cached_epoch_in_batches_matches_an_uncached_one(
+    s3: Any, tmp_path: Path, small_blocks: int
+) -> None:
+    options = s3.storage_options
+    url = ShardIndex.build(upload(s3), storage_options=options)
+    list(dataset(url, options, tmp_path / "n", 0, batch_size=64))
+    got, threads = read(dataset(url, options, tmp_path / "n", 2, batch_size=64))
+    plain, _ = read(dataset(url, options, None, 2, batch_size=64))
+    assert any(n.startswith(READING_THREAD) for n in threads), threads
+    assert len(got) == len(plain) > 1
+    for a, b in zip(got, plain):
+        assert a.keys() == b.keys()
+        for name in a:
+            if isinstance(a[name], torch.Tensor):
+                assert torch.equal(a[name], b[name]), name
+            else:
+                assert a[name] == b[name], name
+
+
+def test_a_reading_the_cache_holds_part_of_takes_the_remote_path(
+    s3: Any, tmp_path: Path, small_blocks: int
+) -> None:
+    options = s3.storage_options
+    url = ShardIndex.build(upload(s3), storage_options=options)
+    list(dataset(url, options, tmp_path / "n", 0))
+    blocks = sorted((tmp_path / "n").glob("*.blk"))
+    for p in blocks[::3]:  # evicted, as a bounded cache would
+        p.unlink()
+    ds = dataset(url, options, tmp_path / "n", 1)
+    got, threads = read(ds)
+    assert not any(n.startswith(READING_THREAD) for n in threads), threads
+    assert got == read(dataset(url, options, None, 1))[0]
+    assert ds.stats()["bytes_fetched"] > 0  # the missing blocks, fetched again
+    assert len(list((tmp_path / "n").glob("*.blk"))) == len(blocks)  # and kept
