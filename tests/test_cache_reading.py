@@ -13,7 +13,10 @@ import pyarrow.dataset as pads
 import pytest
 import torch
 
+import loader.formats.parquet
 from loader import ShardIndex, StreamingDataset
+from loader.formats.parquet_meta import FooterCache
+from scripts.s3proxy import counting_proxy
 
 from .datagen import write_dataset
 
@@ -105,3 +108,22 @@ def test_a_reading_the_cache_holds_part_of_takes_the_remote_path(
     assert got == read(dataset(url, options, None, 1))[0]
     assert ds.stats()["bytes_fetched"] > 0  # the missing blocks, fetched again
     assert len(list((tmp_path / "n").glob("*.blk"))) == len(blocks)  # and kept
+
+
+def test_every_byte_a_reading_fetches_is_counted_in_a_fresh_process(
+    s3: Any, tmp_path: Path, small_blocks: int, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """With no footer in memory (an index loaded from a file), deciding whether the cache
+    serves a reading reads nothing: every byte the endpoint serves is in the dataset's
+    `bytes_fetched` (the footers once fetched uncounted at the reading's start, one by one)."""
+    index = ShardIndex.build(upload(s3), storage_options=s3.storage_options)
+    for epoch in range(2):
+        monkeypatch.setattr(loader.formats.parquet, "FOOTERS", FooterCache(1 << 20))
+        with counting_proxy(s3.endpoint_url) as proxy:
+            options = {"client_kwargs": {"endpoint_url": proxy.url}}
+            ds = dataset(index, options, tmp_path / "n", epoch)
+            got = list(ds)
+            served = proxy.bytes_served
+        assert got == list(dataset(index, s3.storage_options, None, epoch))
+        assert ds.stats()["bytes_fetched"] == served
+        assert (served > 0) == (epoch == 0)  # epoch 1: all from the cache

@@ -22,7 +22,7 @@ from ..storage.ranges import PartsFile
 from ..storage.retry import RetryPolicy, count_fetched, read_ranges
 from .deferred import complete, estimated_bytes, is_deferred
 from .parquet_fetch import Fetched, cast_to, fetch_column_chunks, packed, read_errors
-from .parquet_local import OpenFiles, through
+from .parquet_local import OpenFiles
 from .parquet_meta import (
     FOOTERS,
     GROUP_BYTES,
@@ -162,13 +162,15 @@ class ParquetFormat:
         self, fs: Any, shard: Shard, start: int, stop: int, columns: Sequence[str] | None
     ) -> tuple[list[int], list[int]] | None:
         """(starts, ends): the byte ranges a read of rows [start, stop) of the asked columns
-        fetches (its footer's column chunks); None for a shard only counted so far."""
-        if is_deferred(shard):
+        fetches (its footer's column chunks); None for a shard whose footer this process
+        does not hold (only counted so far, or not read yet): nothing is read here."""
+        meta = None if is_deferred(shard) else FOOTERS.get((shard.url, shard.bytes, shard.version))
+        if meta is None:
             return None
         _, groups = row_groups(shard, start, stop)
         _, cols = self._names(columns)
         with read_errors(shard.url, groups):
-            starts, ends = column_ranges(shard.url, self._metadata(fs, shard), groups, cols)
+            starts, ends = column_ranges(shard.url, meta, groups, cols)
         limit = shard.bytes - int(shard.details["footer_bytes"])
         return starts, [min(e, limit) for e in ends]
 
@@ -224,10 +226,8 @@ class ParquetFormat:
         `loader.storage.through.reading_shard`, from the node cache's checked blocks."""
         # one thread a read: several groups are decoded at once, and pyarrow's pool on
         # top only adds contention (measured slower)
-        if got.cached:
-            pf = through(got.shard, got.meta, self._fetcher(fs, got.shard))
-        else:
-            pf = self._open_files.get(fs, got.shard, got.meta)
+        fetch = self._fetcher(fs, got.shard) if got.cached else None
+        pf = self._open_files.get(fs, got.shard, got.meta, fetch)
         return pf.read_row_groups(got.groups, columns=got.cols, use_threads=False)
 
     def _fetcher(self, fs: Any, shard: Shard) -> Callable[[int, int], bytes]:

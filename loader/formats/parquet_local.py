@@ -1,6 +1,6 @@
-"""How pyarrow opens a Parquet shard to read on a reading thread: local files, kept open
-per thread and decoding into the memory pool the reading wants, and cached remote shards,
-read through the node cache.
+"""How pyarrow opens a Parquet shard to read on a reading thread (local files, and remote
+shards read through the node cache), kept open per thread and decoding into the memory
+pool the reading wants.
 
 `ParquetFile` takes no memory pool: its reads allocate from pyarrow's default (mimalloc),
 which keeps a group decoded on the reading thread (loader.read.readahead) and freed by the
@@ -20,9 +20,9 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 
 from ..shard import Shard
-from ..storage.ranges import PartsFile
+from ..storage.ranges import FetchFile
 
-__all__ = ["OPEN_FILES", "OpenFiles", "pooled", "read_pool", "through"]
+__all__ = ["OPEN_FILES", "OpenFiles", "pooled", "read_pool"]
 
 OPEN_FILES = 16  # local shards a reading thread keeps open (a block's pieces and more)
 
@@ -68,11 +68,11 @@ def pooled(pf: pq.ParquetFile, source: Any) -> pq.ParquetFile:
 
 
 class OpenFiles:
-    """Local shards opened by pyarrow with their cached footers, the last `OPEN_FILES` of
-    each thread kept open (a shard's groups are read one after the other: opening the file
-    and its reader for each took a fifth of a small group's decoding). A file replaced
-    meanwhile is still caught: the format checks the version after each read. Pickled
-    (to DataLoader workers) empty."""
+    """Shards opened by pyarrow with their cached footers, the last `OPEN_FILES` of each
+    thread kept open (a shard's groups are read one after the other: opening the file and
+    its reader for each took a fifth of a small group's decoding). A local file replaced
+    meanwhile is still caught: the format checks the version after each read. Pickled (to
+    DataLoader workers) empty."""
 
     def __init__(self) -> None:
         self._local = threading.local()
@@ -83,18 +83,22 @@ class OpenFiles:
     def __setstate__(self, state: dict[str, Any]) -> None:
         self._local = threading.local()
 
-    def get(self, fs: Any, shard: Shard, meta: Any) -> pq.ParquetFile:
-        """The shard's file (with footer `meta`), open on this thread."""
-        key = (shard.url, shard.bytes, shard.version)
-        files: OrderedDict[tuple[str, int, str | None], pq.ParquetFile] | None = getattr(
+    def get(
+        self, fs: Any, shard: Shard, meta: Any, fetch: Callable[[int, int], bytes] | None = None
+    ) -> pq.ParquetFile:
+        """The shard's file (with footer `meta`), open on this thread: the local file, or
+        with `fetch`, a remote shard as a file whose every read is `fetch` (the ranged read
+        of its indexed version; inside `loader.storage.through.reading_shard`, served by
+        the node cache from its checked blocks)."""
+        key = (shard.url, shard.bytes, shard.version, fetch is not None)
+        files: OrderedDict[tuple[str, int, str | None, bool], pq.ParquetFile] | None = getattr(
             self._local, "d", None
         )
         if files is None:
             files = self._local.d = OrderedDict()
         pf = files.get(key)
         if pf is None:
-            path = fs._strip_protocol(shard.url)
-            pf = pooled(pq.ParquetFile(path, metadata=meta), path)
+            pf = _open(fs, shard, meta, fetch)
             files[key] = pf
             while len(files) > OPEN_FILES:
                 files.popitem(last=False)[1].close()
@@ -102,13 +106,14 @@ class OpenFiles:
         return pf
 
 
-def through(shard: Shard, meta: Any, fetch: Callable[[int, int], bytes]) -> pq.ParquetFile:
-    """A remote shard (footer `meta`) as a file whose every read is `fetch` (the ranged
-    read of its indexed version; inside `loader.storage.through.reading_shard`, served by
-    the node cache from its checked blocks): opened for one read, since the file keeps
-    what it read."""
+def _open(
+    fs: Any, shard: Shard, meta: Any, fetch: Callable[[int, int], bytes] | None
+) -> pq.ParquetFile:
+    if fetch is None:
+        path = fs._strip_protocol(shard.url)
+        return pooled(pq.ParquetFile(path, metadata=meta), path)
 
-    def source() -> PartsFile:
-        return PartsFile(shard.url, shard.bytes, {}, fetch)
+    def source() -> FetchFile:
+        return FetchFile(shard.url, shard.bytes, fetch)
 
     return pooled(pq.ParquetFile(source(), metadata=meta), source())  # a file each: see pooled

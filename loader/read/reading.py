@@ -16,7 +16,6 @@ from fsspec.implementations.local import LocalFileSystem
 
 from sampler.plan import Chunk, Plan
 
-from ..storage.through import reading_shard
 from .budget import MemoryBudget
 from .decoding import Ahead, decode_threads, decoding_pool
 from .groups import Group, GroupReader, finish
@@ -94,8 +93,9 @@ class Reading:
 
     def _cached(self) -> bool:
         """Whether the reader's node cache holds all the stored bytes the runs read (an
-        epoch after the first, as a rule): then they are read from it on a reading thread,
-        and the checks of their shards against the remote start now, all at once."""
+        epoch after the first, as a rule: their footers in memory, nothing read to decide):
+        then they are read from it on a reading thread, and the checks of their shards
+        against the remote start now, all at once."""
         cache = self.reader.cache
         if cache is None:
             return False
@@ -111,8 +111,7 @@ class Reading:
                 continue
             for sid, lo, hi in zip(plan.shards.tolist(), plan.starts.tolist(), plan.stops.tolist()):
                 shard = shards[sid]
-                with reading_shard(cache, sid):  # a footer not held in memory: from the cache
-                    got = fmt.stored_ranges(self.fs, shard, lo, hi, self.reader.columns)
+                got = fmt.stored_ranges(self.fs, shard, lo, hi, self.reader.columns)
                 if got is None:
                     return False
                 urls += [shard.url] * len(got[0])

@@ -24,7 +24,7 @@ from fsspec.caching import ReadAheadCache
 from .filesystems import redact
 from .retry import RetryPolicy, read_ranges
 
-__all__ = ["PartsFile", "RangeFile"]
+__all__ = ["FetchFile", "PartsFile", "RangeFile"]
 
 log = logging.getLogger(__name__)
 
@@ -124,6 +124,24 @@ class PartsFile(_ByteFile):
                 f"{redact(self.url)}: a read of bytes [{start}, {end}) returned {len(blob)} bytes"
             )
         self._add(start, blob)
+        return blob
+
+
+class FetchFile(_ByteFile):
+    """A read-only, seekable file of `size` bytes, each read of bytes [start, end) served by
+    `fetch(start, end)` (exactly those bytes: ValueError naming the URL otherwise), nothing
+    kept: a cached shard read through the node cache, which holds the bytes itself."""
+
+    def __init__(self, url: str, size: int, fetch: Fetch) -> None:
+        super().__init__(size)
+        self.url, self._fetch = url, fetch
+
+    def _range(self, start: int, end: int) -> bytes:
+        blob = self._fetch(start, end)
+        if len(blob) != end - start:
+            raise ValueError(
+                f"{redact(self.url)}: a read of bytes [{start}, {end}) returned {len(blob)} bytes"
+            )
         return blob
 
 
