@@ -168,6 +168,35 @@ def test_a_fresh_process_reads_local_parquet_without_pandas(tmp_path: Path) -> N
     assert out.stdout.strip().splitlines() == ["[]"]
 
 
+_LEFT = """
+import sys
+import pyarrow.parquet as pq
+from loader import StreamingDataset
+want = {r["id"]: r for r in pq.read_table(sys.argv[1]).to_pylist()}
+it = iter(StreamingDataset(sys.argv[1], seed=1, batch_size=None if sys.argv[2] == "-" else 5))
+first = next(it)
+if sys.argv[2] == "-":
+    assert first == want[first["id"]]
+print("read")
+"""
+
+
+@pytest.mark.parametrize("batch", ["-", "5"])
+def test_a_process_leaving_a_reading_midway_exits_quietly(tmp_path: Path, batch: str) -> None:
+    # the reading is closed as its generator is collected at exit, when module globals are
+    # None: it once printed "Exception ignored in ... 'NoneType' object has no attribute"
+    for s in range(3):
+        pq.write_table(_table(s * 50, 50), tmp_path / f"part-{s:05d}.parquet", row_group_size=8)
+    out = subprocess.run(
+        [sys.executable, "-c", _LEFT, str(tmp_path), batch],
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
+    assert out.returncode == 0, out.stderr[-3000:]
+    assert out.stdout.split() == ["read"] and out.stderr == ""
+
+
 def test_local_reads_decode_into_the_read_pool(tmp_path: Path) -> None:
     # ParquetFile takes no memory pool: its reader is swapped for one made with the pool
     # (a pyarrow whose reader no longer opens so would silently keep mimalloc's growth)

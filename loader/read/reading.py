@@ -7,7 +7,8 @@ from __future__ import annotations
 import collections
 import functools
 import itertools
-from collections.abc import Iterator
+import sys
+from collections.abc import Callable, Iterator
 from concurrent.futures import Future, ThreadPoolExecutor
 from typing import Any
 
@@ -337,8 +338,13 @@ class Reading:
             self.current.pop((r, p), None)
         self.pump()
 
-    def close(self) -> None:
-        """Stop: cancel what is not read yet, wait for reads under way, release it all."""
+    def close(self, finalizing: Callable[[], bool] = sys.is_finalizing) -> None:
+        """Stop: cancel what is not read yet, wait for reads under way, release it all.
+        Nothing when the interpreter is exiting (a reading left mid-way, closed as its
+        generator is collected): its threads are gone, and module globals are None by then
+        (`finalizing` is bound when this is defined, for that reason)."""
+        if finalizing():
+            return
         self.ahead.halted = True
         for key in list(self.groups):
             self.let_go(key)
