@@ -137,6 +137,44 @@ def test_groups_are_read_on_the_reading_thread_ahead(
     assert len(read_on) >= 4 and any(name.startswith("shardstream-read") for name in read_on)
 
 
+def test_files_rewritten_the_same_size_yield_none_of_their_new_records(tmp_path: Path) -> None:
+    # groups read on the reading thread are checked there (the file's size and version)
+    # before they are handed on: a file replaced by one of the same size and layout, whose
+    # pages pyarrow reads without complaint, is a StaleIndexError, not other records
+    import os
+    import time
+
+    from loader import StaleIndexError
+
+    paths = [tmp_path / f"part-{s:05d}.parquet" for s in range(4)]
+    for s, path in enumerate(paths):
+        pq.write_table(
+            pa.table({"id": np.arange(s * 4000, (s + 1) * 4000)}),
+            path,
+            row_group_size=500,
+            compression="none",
+            write_statistics=False,
+        )
+    ds = StreamingDataset(str(tmp_path), shuffle=True, seed=2, batch_size=100)
+    time.sleep(0.05)  # past the filesystem's timestamp granularity
+    for s, path in enumerate(paths):
+        size = path.stat().st_size
+        pq.write_table(
+            pa.table({"id": np.arange(s * 4000, (s + 1) * 4000) + 10**6}),
+            path,
+            row_group_size=500,
+            compression="none",
+            write_statistics=False,
+        )
+        assert path.stat().st_size == size
+        os.utime(path)
+    seen: list[int] = []
+    with pytest.raises(StaleIndexError, match=r"part-0000\d\.parquet .*rebuild it"):
+        for batch in ds:
+            seen.extend(batch["id"].tolist())
+    assert all(i < 10**6 for i in seen)
+
+
 _FRESH = """
 import sys
 import pyarrow.parquet as pq

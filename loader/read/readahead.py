@@ -143,12 +143,13 @@ class ReadAhead:
         return True
 
     def _read(self, shard: int, got: Any) -> pa.Table:
-        """The rows of a fetched group, as pyarrow reads them (unchecked: see `_finish`)."""
+        """The rows of a fetched group, as pyarrow reads them, the file's version checked
+        (the rest is checked by the format: see `_finish`)."""
         fmt: Any = self.reader.fmt  # Parquet's
         if self.cache is None:
-            return fmt.read_local(self.fs, got)
+            return fmt.read_checked(self.fs, got)
         with active(self.reader.stats), reading_shard(self.cache, shard):
-            return fmt.read_local(self.fs, got)
+            return fmt.read_checked(self.fs, got)
 
     def _fetch(self, entry: Group) -> Any:
         """What a read of `entry` reads (its shard's row groups, from the index and footer)."""
