@@ -1,0 +1,91 @@
+"""Cached epochs in one process: records/s of epochs the node cache serves, against the same
+shards on local disk and read from S3 without a cache, in the same run.
+
+    python scripts/bench_cache_epochs.py [--data DIR] [--rounds 2]
+
+bench.py's Parquet shards (made under `--data` if missing; 16 x 10,000 records) in a moto
+S3 bucket (unshaped: what is measured is our CPU, not the network), read in batch mode
+(batch 1,024; `id` and `tokens`; 0 workers; shuffled, seed 1) by one process: from local
+disk (the limit), from S3 without a cache, and from S3 with `cache_dir` for three epochs
+(epoch 0 fills the cache; epochs 1 and 2 are served from it). scripts/bench_cache.py
+measures the same across 4 ranks on 2 nodes behind a shaped S3.
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import resource
+import sys
+import tempfile
+import time
+from pathlib import Path
+from typing import Any
+
+HERE = Path(__file__).resolve().parent
+sys.path.insert(0, str(HERE.parent))
+
+COLUMNS = ["id", "tokens"]
+
+
+def _cpu() -> float:
+    r = resource.getrusage(resource.RUSAGE_SELF)
+    return r.ru_utime + r.ru_stime
+
+
+def _epoch(ds: Any) -> tuple[float, float]:
+    """(records/s, CPU microseconds a record) of one pass over `ds`."""
+    t0, c0, n = time.perf_counter(), _cpu(), 0
+    for batch in ds:
+        n += len(batch["id"])
+    return n / (time.perf_counter() - t0), (_cpu() - c0) / n * 1e6
+
+
+def main() -> None:
+    p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    p.add_argument("--data", type=Path, default=HERE.parent / ".cache" / "bench-cache-epochs")
+    p.add_argument("--rounds", type=int, default=2)
+    args = p.parse_args()
+    for key in ("AWS_ACCESS_KEY_ID", "AWS_SECRET_ACCESS_KEY"):
+        os.environ.setdefault(key, "bench")  # the local server takes any credentials
+    os.environ.setdefault("AWS_DEFAULT_REGION", "us-east-1")
+    import torch  # noqa: F401  (imported before the measurements, as a training job has)
+
+    from scripts.bench_data import make_dataset
+    from scripts.bench_s3 import moto_server
+
+    shards = args.data / "parquet"
+    if not any(shards.glob("*.parquet")):
+        make_dataset(args.data, 16, 10_000, 1_000, tar=False)
+    paths = sorted(shards.glob("*.parquet"))
+
+    from loader import StreamingDataset
+
+    def dataset(source: str, **kw: Any) -> Any:
+        return StreamingDataset(
+            source, batch_size=1024, columns=COLUMNS, shuffle=True, seed=1, **kw
+        )
+
+    with moto_server(paths) as url:
+        s3 = {"storage_options": {"client_kwargs": {"endpoint_url": url}}}
+        for _ in range(args.rounds):
+            local = _epoch(dataset(str(shards)))
+            remote = _epoch(dataset("s3://bench/parquet/", **s3))
+            with tempfile.TemporaryDirectory() as cache:
+                ds = dataset("s3://bench/parquet/", cache_dir=cache, **s3)
+                epochs = []
+                for e in range(3):
+                    ds.set_epoch(e)
+                    epochs.append(_epoch(ds))
+            print(
+                f"local {local[0]:,.0f} records/s, {local[1]:.2f} CPU us/record | "
+                f"S3 uncached {remote[0]:,.0f}, {remote[1]:.2f} | "
+                + " | ".join(
+                    f"cached epoch {e} {r:,.0f} ({r / local[0]:.2f}x local), {c:.2f}"
+                    for e, (r, c) in enumerate(epochs)
+                )
+            )
+
+
+if __name__ == "__main__":
+    main()
