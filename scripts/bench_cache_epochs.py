@@ -15,7 +15,6 @@ from __future__ import annotations
 
 import argparse
 import os
-import resource
 import sys
 import tempfile
 import time
@@ -28,17 +27,14 @@ sys.path.insert(0, str(HERE.parent))
 COLUMNS = ["id", "tokens"]
 
 
-def _cpu() -> float:
-    r = resource.getrusage(resource.RUSAGE_SELF)
-    return r.ru_utime + r.ru_stime
-
-
 def _epoch(ds: Any) -> tuple[float, float]:
     """(records/s, CPU microseconds a record) of one pass over `ds`."""
-    t0, c0, n = time.perf_counter(), _cpu(), 0
+    from scripts.bench_tokens import cpu_seconds
+
+    t0, c0, n = time.perf_counter(), cpu_seconds(), 0
     for batch in ds:
         n += len(batch["id"])
-    return n / (time.perf_counter() - t0), (_cpu() - c0) / n * 1e6
+    return n / (time.perf_counter() - t0), (cpu_seconds() - c0) / n * 1e6
 
 
 def main() -> None:

@@ -5,12 +5,13 @@ from __future__ import annotations
 
 import os
 import shutil
+import signal
 import subprocess
 import sys
 import tempfile
 import urllib.request
 from collections.abc import Iterator
-from contextlib import contextmanager
+from contextlib import contextmanager, suppress
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -140,6 +141,26 @@ def store(request: pytest.FixtureRequest, tmp_path: Path) -> Iterator[object]:
             cls.clear_instance_cache()
 
 
+def _kill_tree(root: int) -> None:
+    """SIGKILL `root` and every process descended from it (found by their parents in /proc:
+    descendants that started sessions of their own are no process group's)."""
+    children: dict[int, list[int]] = {}
+    for stat in Path("/proc").glob("[0-9]*/stat"):
+        try:
+            head, rest = stat.read_text().rsplit(") ", 1)  # (a name may hold ") ")
+        except OSError:  # gone meanwhile
+            continue
+        children.setdefault(int(rest.split()[1]), []).append(int(head.split(" (")[0]))
+    todo, tree = [root], []
+    while todo:
+        pid = todo.pop()
+        tree.append(pid)
+        todo += children.get(pid, [])
+    for pid in tree:
+        with suppress(ProcessLookupError):
+            os.kill(pid, signal.SIGKILL)
+
+
 def torchrun(
     script: str | Path, *args: str, nproc: int = 2, timeout: float = 180, env: dict | None = None
 ) -> list[str]:
@@ -164,13 +185,25 @@ def torchrun(
             str(script),
             *args,
         ]
-        proc = subprocess.run(
-            cmd, capture_output=True, text=True, timeout=timeout, env=full_env, cwd=REPO
+        proc = subprocess.Popen(
+            cmd, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=full_env, cwd=REPO
         )
+        try:
+            _, stderr = proc.communicate(timeout=timeout)
+        except subprocess.TimeoutExpired:
+            # torchrun starts each rank in a session of its own: killing torchrun alone
+            # left the ranks (and their DataLoader workers) running after the test
+            _kill_tree(proc.pid)
+            _, stderr = proc.communicate()
+            errs = "".join(p.read_text() for p in Path(logs).rglob("stderr.log"))
+            raise AssertionError(
+                f"torchrun {script} {args} ran past {timeout} s: its processes were killed"
+                f"\n{stderr}\n{errs}"
+            ) from None
         outs = {p.parent.name: p.read_text() for p in Path(logs).rglob("stdout.log")}
         errs = "".join(p.read_text() for p in Path(logs).rglob("stderr.log"))
     if proc.returncode != 0:
         raise AssertionError(
-            f"torchrun {script} {args} failed ({proc.returncode}):\n{proc.stderr}\n{errs}"
+            f"torchrun {script} {args} failed ({proc.returncode}):\n{stderr}\n{errs}"
         )
     return [outs[str(rank)] for rank in range(nproc)]

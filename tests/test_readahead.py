@@ -7,6 +7,7 @@ import itertools
 import subprocess
 import sys
 import threading
+import time
 from pathlib import Path
 from typing import Any
 
@@ -15,7 +16,7 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 import pytest
 
-from loader import ShardError, ShardIndex, StreamingDataset
+from loader import ShardError, ShardIndex, StaleIndexError, StreamingDataset
 from loader.formats.parquet import ParquetFormat
 
 
@@ -137,37 +138,26 @@ def test_groups_are_read_on_the_reading_thread_ahead(
     assert len(read_on) >= 4 and any(name.startswith("shardstream-read") for name in read_on)
 
 
+def _ids_file(path: Path, first: int, n: int) -> None:
+    """Ids first..first+n as plain int64, uncompressed, no statistics: the same size for any
+    first of the same digits' width."""
+    table = pa.table({"id": np.arange(first, first + n)})
+    pq.write_table(table, path, row_group_size=500, compression="none", write_statistics=False)
+
+
 def test_files_rewritten_the_same_size_yield_none_of_their_new_records(tmp_path: Path) -> None:
     # groups read on the reading thread are checked there (the file's size and version)
     # before they are handed on: a file replaced by one of the same size and layout, whose
     # pages pyarrow reads without complaint, is a StaleIndexError, not other records
-    import os
-    import time
-
-    from loader import StaleIndexError
-
     paths = [tmp_path / f"part-{s:05d}.parquet" for s in range(4)]
     for s, path in enumerate(paths):
-        pq.write_table(
-            pa.table({"id": np.arange(s * 4000, (s + 1) * 4000)}),
-            path,
-            row_group_size=500,
-            compression="none",
-            write_statistics=False,
-        )
+        _ids_file(path, s * 4000, 4000)
     ds = StreamingDataset(str(tmp_path), shuffle=True, seed=2, batch_size=100)
     time.sleep(0.05)  # past the filesystem's timestamp granularity
     for s, path in enumerate(paths):
         size = path.stat().st_size
-        pq.write_table(
-            pa.table({"id": np.arange(s * 4000, (s + 1) * 4000) + 10**6}),
-            path,
-            row_group_size=500,
-            compression="none",
-            write_statistics=False,
-        )
+        _ids_file(path, s * 4000 + 10**6, 4000)
         assert path.stat().st_size == size
-        os.utime(path)
     seen: list[int] = []
     with pytest.raises(StaleIndexError, match=r"part-0000\d\.parquet .*rebuild it"):
         for batch in ds:
