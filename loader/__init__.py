@@ -15,11 +15,15 @@ above them all, but for the leaves `errors`, `stats` and `shard`):
 
 Its names are imported when first used (PEP 562): ``import loader`` alone costs nothing
 (the planner's simulations never import torch), ``from loader import StreamingDataset``
-imports what the dataset needs.
+imports what the dataset needs. In a process that has imported torch (one that trains),
+``import loader`` imports the dataset's modules at once: their ~0.1 s, and the garbage
+collection torch's import leaves pending, are paid with the program's other imports, not
+inside its first ``loader.StreamingDataset(...)``.
 """
 
 from __future__ import annotations
 
+import sys
 from typing import TYPE_CHECKING
 
 from sampler.lazy import lazy_names
@@ -65,3 +69,6 @@ __all__ = [
 
 
 __getattr__, __dir__ = lazy_names(__name__, _WHERE, globals())
+
+if "torch" in sys.modules:  # a training process: the dataset's imports now (see above)
+    from .dataset import StreamingDataset

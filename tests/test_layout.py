@@ -203,3 +203,23 @@ def test_a_mixture_is_a_streaming_dataset(tmp_path: Path) -> None:
     assert type(ds) is MixtureDataset
     assert isinstance(ds, StreamingDataset) and issubclass(MixtureDataset, StreamingDataset)
     assert sorted(r["id"] for r in ds) == sorted(list(range(8)) * 2)
+
+
+@pytest.mark.parametrize(
+    ("statement", "expected"),
+    [
+        # planning alone: no torch, nothing of the dataset
+        ("import loader", "False False"),
+        # a process with torch trains: the dataset's modules come with `import loader`, not
+        # inside its first construction
+        ("import torch; import loader", "True True"),
+    ],
+)
+def test_import_loader_brings_the_dataset_only_with_torch(statement: str, expected: str) -> None:
+    shown = "print('torch' in sys.modules, 'loader.dataset' in sys.modules)"
+    code = f"{statement}; import sys; {shown}"
+    done = subprocess.run(
+        [sys.executable, "-c", code], cwd=REPO, capture_output=True, text=True, timeout=120
+    )
+    assert done.returncode == 0, done.stderr
+    assert done.stdout.split("\n")[-2] == expected

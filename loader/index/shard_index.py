@@ -156,11 +156,11 @@ class ShardIndex:
         parts = self.partitioning or pa.schema([])
         asked = None if columns is None else [c for c in columns if c not in parts.names]
         numbers_of = self._schema_numbers()
-        # a schema only shards without records have is never read: it cannot conflict
-        read = set(np.unique(numbers_of[self._sizes > 0]).tolist())
-        numbers = [i for i in range(len(self.schemas)) if i in read] or list(
-            range(len(self.schemas))
-        )
+        # a schema only shards without records have is never read: it cannot conflict (not
+        # np.unique: it imports numpy.ma, ~7 ms of a first construction)
+        read = set(np.flatnonzero(np.bincount(numbers_of[self._sizes > 0])).tolist())
+        every = range(len(self.schemas))
+        numbers = [i for i in every if i in read] or list(every)
         # an example shard of each schema: its first
         firsts = {}
         if len(self):
