@@ -131,3 +131,21 @@ def test_kinds_never_switch_between_batches(tmp_path: Path, workers: int) -> Non
     assert len(got) == 10
     assert all(isinstance(b["v"], torch.Tensor) and isinstance(b["s"], list) for b in got)
     assert all(isinstance(b["id"], torch.Tensor) for b in got)
+
+
+@pytest.mark.parametrize(
+    "kind", [pa.list_(pa.int32()), pa.large_list(pa.int32()), pa.list_(pa.int32(), 3)]
+)
+def test_a_tensor_view_of_a_sliced_list_array_holds_its_own_rows(kind: pa.DataType) -> None:
+    """The view reads a list array's values through its offsets (or its fixed size): a
+    slice of an array (a piece that starts inside a row group), whose values begin inside
+    the buffer, is viewed as its own rows, not the array's first ones."""
+    from loader.columns.kinds import tensor_view
+
+    rows = [[3 * i, 3 * i + 1, 3 * i + 2] for i in range(10)]
+    arr = pa.array(rows, type=kind)
+    for lo, n in [(0, 10), (4, 5), (9, 1), (3, 0)]:
+        view = tensor_view(arr.slice(lo, n), (3,), 1)
+        assert view.tolist() == rows[lo : lo + n]
+    nested = pa.array([[r] for r in rows], type=pa.list_(kind, 1)).slice(2, 3)
+    assert tensor_view(nested, (1, 3), 2).tolist() == [[r] for r in rows[2:5]]

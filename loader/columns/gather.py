@@ -32,18 +32,23 @@ from .placement import Placement
 __all__ = ["Block", "gather", "padded", "record_maker"]
 
 
-def _view(chunk: pa.Array, kind: Kind | None) -> np.ndarray | None:
+def _view(chunk: pa.Array, kind: Kind | None, length: int | None) -> np.ndarray | None:
     """A zero-copy numpy view of a chunk: as its kind says (batch mode, data checked by
-    loader.columns.kinds.check_part), else wherever numpy_view can."""
+    loader.columns.kinds.check_part; a plain list column whose rows were all measured
+    `length` long, as rows of that length), else wherever numpy_view can."""
+    if kind is not None and kind.ragged and length is not None:
+        return tensor_view(chunk, (length,), 1)
     if kind is None or kind.ragged:
         return numpy_view(chunk)
     return tensor_view(chunk, kind.shape or (), kind.levels)
 
 
-def _numeric(chunks: list[pa.Array], kind: Kind | None) -> np.ndarray | None:
+def _numeric(
+    chunks: list[pa.Array], kind: Kind | None, length: int | None = None
+) -> np.ndarray | None:
     """The chunks as one numpy array (a view for one chunk, else one copy); None when a
     chunk is not viewable as numpy or the row shapes differ."""
-    maybe = [_view(c, kind) for c in chunks]
+    maybe = [_view(c, kind, length) for c in chunks]
     views = [v for v in maybe if v is not None]
     if not views or len(views) < len(maybe):
         return None
@@ -99,10 +104,11 @@ class Block:
             kind = None if kinds is None else kinds.get(name)
             if kind is not None and kind.ragged and kind.pad is not None:
                 self._pads[name] = kind.pad
+            lo, hi = self.lengths.get(name, (None, None))  # (measured: no lengths to find)
             array = (
                 None
                 if kind is not None and (not kind.tensor or name in self._pads)
-                else _numeric(chunks, kind)
+                else _numeric(chunks, kind, lo if lo == hi else None)
             )
             if array is None and kinds is None:
                 # record mode: the column as Python objects, made once a group by Arrow's

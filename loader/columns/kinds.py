@@ -127,8 +127,22 @@ def tensor_view(arr: pa.Array, shape: tuple[int, ...], levels: int) -> np.ndarra
     lists, every row `shape` (booleans, bit-packed in Arrow, are unpacked)."""
     values = arr.storage if isinstance(arr, pa.ExtensionArray) else arr
     for _ in range(levels):
-        values = values.flatten()  # respects offsets and slicing
+        values = _flat(values)
     return numpy_of(values).reshape(len(arr), *shape)
+
+
+def _flat(arr: pa.Array) -> pa.Array:
+    """The values of a list array's rows, offsets and slicing respected: `flatten` (a
+    compute call, ~15 us) but for null-free lists, whose rows frame one run of values."""
+    if arr.null_count:
+        return arr.flatten()
+    if isinstance(arr, pa.FixedSizeListArray):
+        size = arr.type.list_size
+        return arr.values.slice(arr.offset * size, len(arr) * size)
+    if isinstance(arr, (pa.ListArray, pa.LargeListArray)) and len(arr):
+        first, last = arr.offsets[0].as_py(), arr.offsets[-1].as_py()
+        return arr.values.slice(first, last - first)
+    return arr.flatten()
 
 
 def check_part(table: pa.Table, kinds: Mapping[str, Kind], url: str) -> pa.Table:
