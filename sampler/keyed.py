@@ -18,6 +18,7 @@ _GOLDEN = 0x9E3779B97F4A7C15
 _M1 = 0xBF58476D1CE4E5B9
 _M2 = 0x94D049BB133111EB
 FEISTEL_ROUNDS = 6
+_TABLE = 1 << 10  # domains this small are permuted through a table of the whole network
 
 U64Array = npt.NDArray[np.uint64]
 I64Array = npt.NDArray[np.int64]
@@ -83,6 +84,17 @@ def permute(x: npt.ArrayLike, n: int, key: int) -> I64Array:
         return xs.copy()
     half = max(1, ((n - 1).bit_length() + 1) // 2)
     round_keys = [np.uint64(derive_key(key, r)) for r in range(FEISTEL_ROUNDS)]
+    if 1 << (2 * half) <= max(_TABLE, 4 * xs.size):
+        # a small domain: the network over all of it once, then each cycle walked by
+        # lookups (the same bijection, a few numpy calls instead of a network a step)
+        network = _feistel(np.arange(1 << (2 * half), dtype=np.uint64), half, round_keys)
+        table: I64Array = network.astype(np.int64)
+        z: I64Array = table[xs]
+        outside = np.flatnonzero(z >= n)
+        while outside.size:
+            z[outside] = table[z[outside]]
+            outside = outside[z[outside] >= n]
+        return z
     y = xs.astype(np.uint64)
     # (k,) positions whose value still lies outside [0, n): walk them along their cycle.
     pending = np.arange(y.size)

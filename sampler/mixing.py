@@ -60,9 +60,10 @@ def _slice(sizes: Sequence[int], keys: Sequence[int], s: int, ns: int) -> tuple[
         lo = max(0, s * m // ns - _MARGIN)
         hi = min(m, -(-(s + 1) * m // ns) + _MARGIN)
         j = np.arange(lo, hi, dtype=np.int64)
-        keep = _slice_of(j, m, key, ns) == s
+        t = _position(j, m, key)  # (once: `_slice_of` of these j, from the same t)
+        keep = np.minimum(np.floor(t * ns), ns - 1).astype(np.int64) == s
         js.append(j[keep])
-        ts.append(_position(j[keep], m, key))
+        ts.append(t[keep])
         pieces.append(np.full(js[-1].size, i, dtype=np.int64))
     piece, j, t = np.concatenate(pieces), np.concatenate(js), np.concatenate(ts)
     # by t, ties by piece: the pieces lie in increasing order, so one stable sort by t does

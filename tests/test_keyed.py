@@ -27,6 +27,16 @@ def test_permute_is_injective_on_samples_of_huge_domains(n: int, key: int) -> No
     assert permute(xs[:1], n, key)[0] == ys[0]
 
 
+@pytest.mark.parametrize("n", [3, 1000, 5000, 70000])
+def test_permute_through_its_table_gives_the_network_walked_step_by_step(n: int) -> None:
+    """Many positions of a small domain are permuted through a table of the whole
+    network; one position alone walks the network: the same bijection either way."""
+    key = derive_key(11, n)
+    whole = permute(np.arange(n), n, key)
+    picks = np.random.default_rng(n).integers(0, n, size=40)
+    assert [int(permute([x], n, key)[0]) for x in picks] == whole[picks].tolist()
+
+
 def test_permute_depends_on_key_and_moves_elements() -> None:
     n = 1000
     a, b = permute(np.arange(n), n, 1), permute(np.arange(n), n, 2)
