@@ -128,7 +128,6 @@ def merge(ids: np.ndarray, streams: list[StreamRows], batch: bool, pads: Mapping
         merged_rows = [next(rows[k]) for k in ids.tolist()]
         return merged_rows if not batch else streams[0].fmt.batch(merged_rows)
     laid = [p for k in sorted(pieces) for p in pieces[k]]  # the streams' rows end to end
-    labels = [k for k in sorted(pieces) for _ in pieces[k]]
     sizes = [_rows(p) for p in laid]
     # position i takes its stream's next row: with the rows laid end to end in stream
     # order, row where[i] (the inverse of a stable sort of the positions by stream)
@@ -137,7 +136,8 @@ def merge(ids: np.ndarray, streams: list[StreamRows], batch: bool, pads: Mapping
     where[order] = np.arange(ids.size)
     place = Placement.of_flat(where, sizes, ordered=True)
     merged = {col: place.apply(_padded([p[col] for p in laid], pads.get(col))) for col in laid[0]}
-    merged[STREAM] = place.apply([np.full(n, k, np.int64) for n, k in zip(sizes, labels)])
+    # the stream of position i is ids[i] (its row is that stream's next): no placing needed
+    merged[STREAM] = np.array(ids, dtype=np.int64)
     return streams[0].fmt.batch(merged)
 
 
