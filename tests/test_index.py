@@ -243,3 +243,40 @@ def test_s3_clients_keep_64_connections(s3: Any) -> None:
     mine = {**s3.storage_options, "config_kwargs": {"max_pool_connections": 5}}
     fs, _ = filesystem("s3://data/set", {**mine, "skip_instance_cache": True})
     assert fs.config_kwargs["max_pool_connections"] == 5  # the caller's choice stays
+
+
+def test_a_dataset_made_again_reads_no_footer_but_a_rewritten_shard_is_read(
+    tmp_path: Path,
+) -> None:
+    """Indexing keeps what it found in each shard by the exact bytes it read (url, size,
+    version): a dataset made again in the process reads no footer, and a shard written
+    again (another size, or the same size at another time) is indexed afresh, never from
+    what the old file held."""
+    from loader.storage.retry import bytes_fetched
+
+    def write(name: str, ids: range, text: str) -> None:
+        table = pa.table({"id": list(ids), "text": [f"{text}{i:04d}" for i in ids]})
+        pq.write_table(table, tmp_path / name, row_group_size=4)
+
+    def rows() -> list[dict[str, Any]]:
+        return sorted(StreamingDataset(str(tmp_path), shuffle=False), key=lambda r: r["text"])
+
+    write("a.parquet", range(10), "a")
+    write("b.parquet", range(6), "b")
+    first = rows()
+    assert first == [{"id": i, "text": f"a{i:04d}"} for i in range(10)] + [
+        {"id": i, "text": f"b{i:04d}"} for i in range(6)
+    ]
+    before = bytes_fetched()
+    again = StreamingDataset(str(tmp_path), shuffle=False)
+    assert bytes_fetched() == before  # indexed without reading a byte
+    assert again.index.shard_sizes.tolist() == [10, 6]
+
+    write("a.parquet", range(13), "c")  # another size
+    stat = os.stat(tmp_path / "b.parquet")
+    write("b.parquet", range(6), "d")  # the same size, written later
+    os.utime(tmp_path / "b.parquet", ns=(stat.st_atime_ns, stat.st_mtime_ns + 10**9))
+    assert os.stat(tmp_path / "b.parquet").st_size == stat.st_size
+    assert rows() == [{"id": i, "text": f"c{i:04d}"} for i in range(13)] + [
+        {"id": i, "text": f"d{i:04d}"} for i in range(6)
+    ]

@@ -13,6 +13,7 @@ import pytest
 
 from loader import ShardIndex, StaleIndexError, StreamingDataset
 from loader.errors import StaleSidecarError
+from loader.formats.parquet_meta import SCANS
 from scripts.s3proxy import counting_proxy
 
 from .datagen import SIZES, record_id, write_dataset
@@ -78,6 +79,7 @@ def test_a_manifest_over_s3_lists_nothing_and_reads_one_footer(s3: Any) -> None:
     write_dataset(fs, "man/d", "parquet")
     listed = ShardIndex.build("s3://man/d", s3.storage_options)
     fs.pipe("man/d/train.manifest", _lines(listed, version="quoted").encode())  # as S3 gives
+    SCANS.clear()  # as in a fresh process (this one indexed the shards just now)
     with counting_proxy(s3.endpoint_url) as proxy:
         opts = {"client_kwargs": {"endpoint_url": proxy.url}}
         index = ShardIndex.build("s3://man/d/train.manifest", opts)

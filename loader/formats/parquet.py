@@ -26,6 +26,7 @@ from .parquet_local import OpenFiles
 from .parquet_meta import (
     FOOTERS,
     GROUP_BYTES,
+    SCANS,
     TAIL,
     check_footer,
     column_ranges,
@@ -71,7 +72,16 @@ class ParquetFormat:
     def scan(self, fs: Any, entries: Sequence[FileEntry]) -> list[dict[str, Any]]:
         """One batched range read of each shard's last `TAIL` bytes (fsspec's cat_ranges
         runs them concurrently on S3); a second only for footers longer than that. Each read
-        is of the listed version (an S3 object rewritten meanwhile is a StaleIndexError)."""
+        is of the listed version (an S3 object rewritten meanwhile is a StaleIndexError).
+        A shard this process scanned before, at the same size and version, is not read
+        again (`SCANS`: a dataset made again in one process, a notebook's, starts without
+        its footers' reads and parsing, ~0.6 ms a shard)."""
+        known = [SCANS.get((e.url, e.size, e.version)) if e.version else None for e in entries]
+        todo = [e for e, got in zip(entries, known) if got is None]
+        scanned = iter(self._scan(fs, todo) if todo else [])
+        return [dict(got) if got is not None else next(scanned) for got in known]
+
+    def _scan(self, fs: Any, entries: Sequence[FileEntry]) -> list[dict[str, Any]]:
         urls = [e.url for e in entries]
         sizes = [e.size for e in entries]
         indexed = [(e.size, e.version) for e in entries]
@@ -94,7 +104,9 @@ class ParquetFormat:
         for tail, n, e in zip(tails, lengths, entries):
             meta, details = footer_details(tail[len(tail) - n - 8 :], e.url)
             FOOTERS.put((e.url, e.size, e.version), meta, n + 8)
-            out.append(details)
+            if e.version:
+                SCANS.put((e.url, e.size, e.version), details, n + 8)
+            out.append(dict(details))
         return out
 
     def _metadata(self, fs: Any, shard: Shard) -> Any:

@@ -27,6 +27,7 @@ from .schemas import plain_type
 __all__ = [
     "FOOTERS",
     "GROUP_BYTES",
+    "SCANS",
     "TAIL",
     "UNREADABLE",
     "FooterCache",
@@ -350,8 +351,17 @@ class FooterCache(Generic[T]):
     def __len__(self) -> int:
         return len(self._items)
 
+    def clear(self) -> None:
+        """Forget everything (as a fresh process would have nothing)."""
+        with self._lock:
+            self._items.clear()
+            self._bytes = 0
+
 
 # Footers parsed in this process: indexing fills it, so the process that built the index
 # (and DataLoader workers forked from it) fetches no footer again; a worker reading
 # several pieces of a shard fetches its footer once.
 FOOTERS: FooterCache[pq.FileMetaData] = FooterCache(64 << 20)
+# What indexing found in a shard (its `scan` result) by the exact bytes it read: a dataset
+# made again in this process indexes those shards without reading them
+SCANS: FooterCache[dict[str, Any]] = FooterCache(16 << 20)
