@@ -84,9 +84,11 @@ def permute(x: npt.ArrayLike, n: int, key: int) -> I64Array:
         return xs.copy()
     half = max(1, ((n - 1).bit_length() + 1) // 2)
     round_keys = [np.uint64(derive_key(key, r)) for r in range(FEISTEL_ROUNDS)]
-    if 1 << (2 * half) <= max(_TABLE, 4 * xs.size):
-        # a small domain: the network over all of it once, then each cycle walked by
-        # lookups (the same bijection, a few numpy calls instead of a network a step)
+    if 1 << (2 * half) <= max(_TABLE, xs.size):
+        # a small domain, or no larger than the positions asked: the network over all of
+        # it once (walking the positions would evaluate about as many), then each cycle
+        # walked by lookups (the same bijection, a few numpy calls instead of a network a
+        # step)
         network = _feistel(np.arange(1 << (2 * half), dtype=np.uint64), half, round_keys)
         table: I64Array = network.astype(np.int64)
         z: I64Array = table[xs]

@@ -7,7 +7,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from sampler.keyed import derive_key, derive_keys, permute, unit_floats
+from sampler.keyed import derive_key, derive_keys, mix64, permute, unit_floats
 
 
 @pytest.mark.parametrize("n", [*range(0, 70), 255, 256, 257, 1000, 4097, 65536, 99991])
@@ -27,14 +27,36 @@ def test_permute_is_injective_on_samples_of_huge_domains(n: int, key: int) -> No
     assert permute(xs[:1], n, key)[0] == ys[0]
 
 
-@pytest.mark.parametrize("n", [3, 1000, 5000, 70000])
-def test_permute_through_its_table_gives_the_network_walked_step_by_step(n: int) -> None:
-    """Many positions of a small domain are permuted through a table of the whole
-    network; one position alone walks the network: the same bijection either way."""
+def _walked(x: int, n: int, key: int) -> int:
+    """The permutation's definition, one position at a time: a balanced Feistel network of
+    6 rounds over the smallest even number of bits covering n, applied again while the
+    value lies outside [0, n)."""
+    half = max(1, ((n - 1).bit_length() + 1) // 2)
+    mask = (1 << half) - 1
+    rounds = [derive_key(key, r) for r in range(6)]
+
+    def network(v: int) -> int:
+        left, right = v >> half, v & mask
+        for rk in rounds:
+            mixed = int(mix64(np.array([right ^ rk], dtype=np.uint64))[0])
+            left, right = right, left ^ (mixed & mask)
+        return (left << half) | right
+
+    y = network(x)
+    while y >= n:
+        y = network(y)
+    return y
+
+
+@pytest.mark.parametrize("n", [3, 17, 1000, 1024, 5000, 1 << 14, 70000])
+def test_permute_is_the_network_walked_step_by_step(n: int) -> None:
+    """Small domains are permuted through a table of the whole network, others walk it
+    position by position: either way the definition's values."""
     key = derive_key(11, n)
     whole = permute(np.arange(n), n, key)
     picks = np.random.default_rng(n).integers(0, n, size=40)
-    assert [int(permute([x], n, key)[0]) for x in picks] == whole[picks].tolist()
+    assert whole[picks].tolist() == [_walked(int(x), n, key) for x in picks]
+    assert permute(picks, n, key).tolist() == whole[picks].tolist()
 
 
 def test_permute_depends_on_key_and_moves_elements() -> None:
