@@ -43,6 +43,25 @@ class Placement:
         which = np.searchsorted(ends, flat, side="right").astype(np.int64)
         return cls(which, flat - (ends[which] - np.asarray(sizes)[which]), sizes, ordered)
 
+    @classmethod
+    def of_places(cls, places: Sequence[I64]) -> Placement:
+        """Part i's rows, taken whole and in order, fill batch positions ``places[i]``
+        (ascending); all parts' places together are each position once. (What `of_flat`
+        gives for such parts, with the positions each part fills known, so nothing is
+        sorted: a mixture's streams' pieces.)"""
+        n = sum(len(p) for p in places)
+        which = np.empty(n, dtype=np.int64)
+        rows = np.empty(n, dtype=np.int64)
+        spans = []
+        for i, at in enumerate(places):
+            within = np.arange(len(at), dtype=np.int64)
+            which[at] = i
+            rows[at] = within
+            spans.append((at, within))
+        out = cls(which, rows, [len(p) for p in places], ordered=True)
+        out._spans = spans
+        return out
+
     def __len__(self) -> int:
         return len(self.rows)
 

@@ -122,19 +122,21 @@ def merge(ids: np.ndarray, streams: list[StreamRows], batch: bool, pads: Mapping
 
     A batch's columns are placed by one `Placement` (loader.columns.placement), the same for
     every column of every kind ("__stream__" included): a row of the batch is one record."""
-    pieces = {s.index: s.take(int(np.count_nonzero(ids == s.index))) for s in streams}
+    at = {s.index: np.flatnonzero(ids == s.index) for s in streams}  # each stream's positions
+    pieces = {s.index: s.take(len(at[s.index])) for s in streams}
     if not batch or isinstance(next(p for ps in pieces.values() for p in ps), list):
         rows = {k: iter([r for p in ps for r in p]) for k, ps in pieces.items()}
         merged_rows = [next(rows[k]) for k in ids.tolist()]
         return merged_rows if not batch else streams[0].fmt.batch(merged_rows)
-    laid = [p for k in sorted(pieces) for p in pieces[k]]  # the streams' rows end to end
-    sizes = [_rows(p) for p in laid]
-    # position i takes its stream's next row: with the rows laid end to end in stream
-    # order, row where[i] (the inverse of a stable sort of the positions by stream)
-    order = np.argsort(ids, kind="stable")
-    where = np.empty_like(order)
-    where[order] = np.arange(ids.size)
-    place = Placement.of_flat(where, sizes, ordered=True)
+    # a stream's positions take its next rows: its pieces, in order, fill them in turn
+    laid, places = [], []
+    for k in sorted(pieces):
+        lo = 0
+        for p in pieces[k]:
+            laid.append(p)
+            places.append(at[k][lo : lo + _rows(p)])
+            lo += _rows(p)
+    place = Placement.of_places(places)
     merged = {col: place.apply(_padded([p[col] for p in laid], pads.get(col))) for col in laid[0]}
     # the stream of position i is ids[i] (its row is that stream's next): no placing needed
     merged[STREAM] = np.array(ids, dtype=np.int64)
