@@ -38,9 +38,9 @@ def record_positions(j: I64Array, m: int, key: int) -> F64Array:
     return _position(j, m, key)
 
 
-def _slice_of(j: I64Array, m: int, key: int, ns: int) -> I64Array:
-    """(n,) which of the ns slices record j falls in; non-decreasing in j."""
-    return np.minimum(np.floor(_position(j, m, key) * ns), ns - 1).astype(np.int64)
+def _slice_at(t: F64Array, ns: int) -> I64Array:
+    """(n,) which of the ns slices positions t fall in; non-decreasing in t."""
+    return np.minimum(np.floor(t * ns), ns - 1).astype(np.int64)
 
 
 def _count_before(sizes: Sequence[int], keys: Sequence[int], s: int, ns: int) -> int:
@@ -49,7 +49,7 @@ def _count_before(sizes: Sequence[int], keys: Sequence[int], s: int, ns: int) ->
     for m, key in zip(sizes, keys):
         lo = max(0, s * m // ns - _MARGIN)
         j = np.arange(lo, min(m, s * m // ns + _MARGIN + 2), dtype=np.int64)
-        total += lo + int(np.count_nonzero(_slice_of(j, m, key, ns) < s))
+        total += lo + int(np.count_nonzero(_slice_at(_position(j, m, key), ns) < s))
     return total
 
 
@@ -60,8 +60,8 @@ def _slice(sizes: Sequence[int], keys: Sequence[int], s: int, ns: int) -> tuple[
         lo = max(0, s * m // ns - _MARGIN)
         hi = min(m, -(-(s + 1) * m // ns) + _MARGIN)
         j = np.arange(lo, hi, dtype=np.int64)
-        t = _position(j, m, key)  # (once: `_slice_of` of these j, from the same t)
-        keep = np.minimum(np.floor(t * ns), ns - 1).astype(np.int64) == s
+        t = _position(j, m, key)  # once: which slice, then the order inside it
+        keep = _slice_at(t, ns) == s
         js.append(j[keep])
         ts.append(t[keep])
         pieces.append(np.full(js[-1].size, i, dtype=np.int64))

@@ -135,7 +135,7 @@ def merge(ids: np.ndarray, streams: list[StreamRows], batch: bool, pads: Mapping
         for p in pieces[k]:
             laid.append(p)
             places.append(at[k][lo : lo + _rows(p)])
-            lo += _rows(p)
+            lo += len(places[-1])
     place = Placement.of_places(places)
     merged = {col: place.apply(_padded([p[col] for p in laid], pads.get(col))) for col in laid[0]}
     # the stream of position i is ids[i] (its row is that stream's next): no placing needed
