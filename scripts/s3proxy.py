@@ -206,6 +206,13 @@ class CountingProxy:
         self.server.daemon_threads = True
         self.url = f"http://127.0.0.1:{self.server.server_address[1]}"
 
+    @property
+    def object_bytes(self) -> int:
+        """Body bytes of the GETs of objects: `bytes_served` less S3's listings (a GET of
+        a bucket with ``list-type=2``, which s3fs lists with)."""
+        with self._lock:
+            return sum(n for m, p, n in self.requests if m == "GET" and "list-type=" not in p)
+
     def _edit_range(self, headers: dict[str, str]) -> bool:
         """The Range header as `faults.range_edit` says: dropped, halved or shifted
         (whether it was changed)."""

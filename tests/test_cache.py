@@ -92,9 +92,9 @@ def test_later_epochs_come_from_the_cache_with_the_same_records(
         fetched = []
         for epoch in range(3):
             plain = node_epoch(url, options, None, epoch)
-            before = proxy.bytes_served
+            before = proxy.object_bytes
             assert node_epoch(url, options, tmp_path / "node0", epoch) == plain
-            fetched.append(proxy.bytes_served - before)
+            fetched.append(proxy.object_bytes - before)
         ds = StreamingDataset(
             url,
             num_replicas=4,
@@ -106,9 +106,9 @@ def test_later_epochs_come_from_the_cache_with_the_same_records(
             local_world_size=2,
         )
         ds.set_epoch(3)
-        before = proxy.bytes_served
+        before = proxy.object_bytes
         assert len(list(ds)) == len(ds)
-        assert proxy.bytes_served == before  # epoch 3 of rank 0: nothing from S3
+        assert proxy.object_bytes == before  # epoch 3 of rank 0: nothing from S3
         stats = ds.stats()
     assert fetched[0] > 0 and fetched[1] == fetched[2] == 0, fetched
     assert stats["bytes_fetched"] == 0 and stats["cache_hit_bytes"] > 0
@@ -152,10 +152,10 @@ def test_a_damaged_block_is_fetched_again_and_never_decoded(
         data[100] ^= 0xFF
         flipped.write_bytes(bytes(data))
         cut.write_bytes(cut.read_bytes()[:-7])
-        before = proxy.bytes_served
+        before = proxy.object_bytes
         with caplog.at_level(logging.WARNING, logger="loader.cache.node"):
             assert node_epoch(url, options, tmp_path / "n", 1) == want
-        refetched = proxy.bytes_served - before
+        refetched = proxy.object_bytes - before
     damaged = [r.getMessage() for r in caplog.records if "is damaged" in r.getMessage()]
     assert any(flipped.name in m and "checksum" in m for m in damaged), damaged
     assert any(cut.name in m and "bytes, expected" in m for m in damaged), damaged
@@ -319,9 +319,9 @@ def test_next_use_beats_lru_at_half_the_share(s3: Any, tmp_path: Path, small_blo
             fetched[policy] = []
             for epoch in range(3):
                 ds.set_epoch(epoch)
-                before = proxy.bytes_served
+                before = proxy.object_bytes
                 list(ds)
-                fetched[policy].append(proxy.bytes_served - before)
+                fetched[policy].append(proxy.object_bytes - before)
             assert ds.stats()["cache_held_bytes"] <= share // 2
     best, lru = fetched["next-use"], fetched["lru"]
     assert best[1] <= 0.6 * share and best[2] <= 0.6 * share, (share, best)

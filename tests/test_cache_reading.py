@@ -123,7 +123,7 @@ def test_every_byte_a_reading_fetches_is_counted_in_a_fresh_process(
             options = {"client_kwargs": {"endpoint_url": proxy.url}}
             ds = dataset(index, options, tmp_path / "n", epoch)
             got = list(ds)
-            served = proxy.bytes_served
+            served = proxy.object_bytes
         assert got == list(dataset(index, s3.storage_options, None, epoch))
         assert ds.stats()["bytes_fetched"] == served
         assert (served > 0) == (epoch == 0)  # epoch 1: all from the cache

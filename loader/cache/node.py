@@ -14,8 +14,9 @@ copy), bounded by LRU or not at all, and cannot check what they hand back. So:
 
 - writes are atomic: a block goes to a temporary name, then is renamed, so a killed
   process leaves no half block (its temporary files are removed by the next scan);
-- every block read from disk is checked (its size, its trailer, and the CRC-32 of each
-  64 KiB piece read: a read of part of a block reads and checks that part); a damaged one
+- every block read from disk is checked: its size at each read, its trailer and the
+  CRC-32 of each 64 KiB piece read the first time the process reads that piece of that
+  file (a write in place is another file: `loader.cache.files.read_block`); a damaged one
   is logged (WARNING), deleted and fetched again, never decoded;
 - a block being fetched by one process is claimed (an exclusive ``.claim`` file); the
   node's other processes wait for it instead of fetching it too;
@@ -40,14 +41,13 @@ import os
 import threading
 import time
 from collections.abc import Sequence
-from concurrent import futures
 from pathlib import Path
 from typing import Any
 
 from sampler.checks import parse_size
 
 from ..stats import current
-from ..storage.filesystems import Indexed, check_version
+from ..storage.filesystems import Indexed
 from ..storage.through import Fetch
 from .files import (
     CLAIM_WAIT,
@@ -55,11 +55,13 @@ from .files import (
     claim,
     dead_claim,
     file_bytes,
+    forget,
     read_block,
     shard_key,
     write_block,
 )
 from .holdings import Future, Holdings
+from .remote import RemoteChecks
 
 __all__ = ["BLOCK", "NodeCache", "parse_size"]
 
@@ -67,7 +69,6 @@ log = logging.getLogger(__name__)
 
 BLOCK = 1 << 20  # bytes a cached block holds (the unit fetched, kept and evicted)
 POLL = 0.01  # seconds between looks at a block another process is fetching
-CHECKS = 8  # threads checking a reading's shards against the remote at once
 
 
 class NodeCache(Holdings):
@@ -95,8 +96,7 @@ class NodeCache(Holdings):
         self._held: dict[str, int] = {}  # block file name -> bytes on disk
         self._inflight: dict[str, int] = {}  # blocks others were fetching at the listing
         self._scanned = -float("inf")
-        self._checked: set[str] = set()  # shards (url keys) checked against the remote
-        self._checks: dict[str, futures.Future[None]] = {}  # checks started ahead (`check_ahead`)
+        self._remote = RemoteChecks()  # shards checked against the remote, and started
         # the node's processes writing to the folder (eviction makes room for a block each)
         self.sharers = max(1, sharers)
 
@@ -256,45 +256,26 @@ class NodeCache(Holdings):
         self, fs: Any, which: set[int], urls: Sequence[str], indexed: Sequence[Indexed]
     ) -> None:
         """StaleIndexError if a shard served from the cache is no longer its indexed
-        version on the remote (checked once a shard per cache object: one reading)."""
+        version on the remote (checked once a shard per cache object: one reading). A
+        shard whose check was started ahead is not waited for: its reader confirms it
+        before handing out its rows (`confirm`)."""
         for i in sorted(which):
-            key = shard_key(urls[i], indexed[i][1])
-            if key in self._checked:
-                continue
-            with self._lock:
-                ahead = self._checks.pop(key, None)
-            if ahead is not None:
-                ahead.result()  # started by `check_ahead`: its StaleIndexError, if any
-            else:
-                self._check_one(fs, urls[i], indexed[i])
-            current().add("requests", 1)
-            with self._lock:
-                self._checked.add(key)
+            if not self._remote.started(urls[i], indexed[i][1]):
+                self._remote.check(fs, urls[i], indexed[i])
 
-    def check_ahead(self, fs: Any, urls: Sequence[str], indexed: Sequence[Indexed]) -> None:
-        """Start the checks of these shards against the remote now, at once (CHECKS
-        threads), rather than one round trip each as their first cached reads come: a
-        shard's first cached read then waits for its check (and raises its
-        StaleIndexError) instead of making it."""
-        todo = {}
-        with self._lock:
-            for url, got in zip(urls, indexed):
-                key = shard_key(url, got[1])
-                if key not in self._checked and key not in self._checks:
-                    todo[key] = (url, got)
-        if not todo:
-            return
-        pool = futures.ThreadPoolExecutor(min(CHECKS, len(todo)), thread_name_prefix="cache-check")
-        started = {key: pool.submit(self._check_one, fs, *args) for key, args in todo.items()}
-        pool.shutdown(wait=False)
-        with self._lock:
-            self._checks.update(started)
+    def confirm(self, fs: Any, url: str, indexed: Indexed) -> None:
+        """StaleIndexError if the shard is no longer its indexed version on the remote
+        (waits for its check, started ahead or made now; nothing once it has passed)."""
+        self._remote.check(fs, url, indexed)
 
-    @staticmethod
-    def _check_one(fs: Any, url: str, indexed: Indexed) -> None:
-        """StaleIndexError if the remote file is no longer the indexed version."""
-        fs.invalidate_cache(fs._strip_protocol(url))
-        check_version(fs, url, *indexed)
+    def check_ahead(
+        self, fs: Any, urls: Sequence[str], indexed: Sequence[Indexed], shards: int
+    ) -> None:
+        """Start the checks of these shards against the remote now, at once, rather than
+        one round trip each as their first cached reads come; their reads no longer wait
+        for them: the reader must `confirm` each shard before handing out its rows.
+        `shards`: the index's number of shards (loader.cache.remote)."""
+        self._remote.ahead(fs, urls, indexed, shards)
 
     # --- the files ---------------------------------------------------------------------
 
@@ -302,14 +283,12 @@ class NodeCache(Holdings):
         """Bytes [x, y) of the block (y None: its end) if the folder holds it intact (see
         `read_block`); a damaged block is logged, deleted and None returned."""
         path = self.folder / name
-        data, problem = read_block(path, x, y)
+        # LRU's recency is the file's mtime, shared by the node
+        data, problem = read_block(path, x, y, touch=self.policy == "lru")
         if problem is not None:
             log.warning("cache: %s is damaged (%s): fetching the block again", path, problem)
             self._delete(name)
             return None
-        if data is not None and self.policy == "lru":
-            with contextlib.suppress(OSError):
-                os.utime(path)  # recency is the file's mtime, shared by the node
         return data
 
     def _put(self, name: str, data: bytes) -> None:
@@ -348,6 +327,7 @@ class NodeCache(Holdings):
         m = NAME.match(name)
         if m is None:  # never a file the cache did not name
             raise AssertionError(f"cache: refusing to delete {name!r}")
+        forget(self.folder / name)
         try:
             (self.folder / name).unlink()
         except FileNotFoundError:

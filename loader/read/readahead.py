@@ -172,6 +172,10 @@ class ReadAhead:
         try:
             with reading_shard(self.cache, entry.shard):  # (table None: read here)
                 block = self.reader.decode(self.fs, entry, got, table)
+            if self.cache is not None:  # its rows leave only once the remote agrees
+                shard = self.reader.index.shards[entry.shard]
+                with active(self.reader.stats):
+                    self.cache.confirm(self.fs, shard.url, (shard.bytes, shard.version))
         except BaseException as e:
             error = e
         finish(entry, block, error)

@@ -124,7 +124,7 @@ class Reading:
             return False
         ids = list(checked)
         versions = [(shards[i].bytes, shards[i].version) for i in ids]
-        cache.check_ahead(self.fs, [shards[i].url for i in ids], versions)
+        cache.check_ahead(self.fs, [shards[i].url for i in ids], versions, len(shards))
         return True
 
     def ahead_of(self, chunks: Iterator[Chunk]) -> Iterator[Chunk]:

@@ -32,8 +32,10 @@ __all__ = [
     "denied",
     "filesystem",
     "is_local",
+    "is_object_store",
     "list_files",
     "redact",
+    "stale_now",
     "strip_credentials",
     "version_of",
 ]
@@ -41,6 +43,7 @@ __all__ = [
 _USERINFO = re.compile(r"(?<=://)[^/@\s]+@")
 
 UrlOrPath = str | os.PathLike[str]  # a URL, a local path, or a pathlib.Path
+STALE = "the shard changed since the index was built; rebuild it"  # what a StaleIndexError asks
 
 
 @overload
@@ -129,10 +132,9 @@ def _local_version(st: os.stat_result) -> str:
 
 def version_of(fs: Any, info: dict[str, Any]) -> str | None:
     """What changes when the file's content changes: S3's and Azure's ETag, GCS's
-    generation; for local files the
-    modification time in nanoseconds and the inode (a rewrite in place or a replacement by
-    rename; the filesystem's timestamp granularity bounds what is seen); else whatever
-    modification time the filesystem reports."""
+    generation; for local files the modification time in nanoseconds and the inode (a
+    rewrite in place or a replacement by rename; the filesystem's timestamp granularity
+    bounds what is seen); else whatever modification time the filesystem reports."""
     if isinstance(fs, LocalFileSystem):
         return _local_version(os.stat(info["name"]))
     for key in (
@@ -171,12 +173,9 @@ def stale_reason(url: str, size: int, version: str | None, now: FileEntry | None
     return f"{redact(url)} (indexed {size} bytes, version {version}; now {found})"
 
 
-def check_version(fs: Any, url: str, size: int, version: str | None) -> None:
-    """StaleIndexError naming the file when it is no longer the (size, version) that was
-    indexed. Called after a read: a file replaced before or during the read is caught, so
-    bytes of the new file are never decoded with the old index. One stat locally; one
-    metadata request on filesystems other than S3 (whose reads check the ETag themselves,
-    see `cat_ranges`)."""
+def stale_now(fs: Any, url: str, size: int, version: str | None) -> str | None:
+    """Why the file indexed as (size, version) is no longer that file (None: it is): one
+    stat locally, else one metadata request (not fsspec's cached listing)."""
     path = fs._strip_protocol(url)
     now: FileEntry | None
     try:
@@ -184,12 +183,19 @@ def check_version(fs: Any, url: str, size: int, version: str | None) -> None:
             st = os.stat(path)
             now = FileEntry(url, st.st_size, _local_version(st))
         else:
+            fs.invalidate_cache(path)
             now = entry_of(fs, fs.info(path), url)
     except FileNotFoundError:
         now = None
-    reason = stale_reason(url, size, version, now)
+    return stale_reason(url, size, version, now)
+
+
+def check_version(fs: Any, url: str, size: int, version: str | None) -> None:
+    """StaleIndexError naming the file when it is no longer the indexed one (`stale_now`),
+    after a read: bytes of a file replaced before or during it are never decoded."""
+    reason = stale_now(fs, url, size, version)
     if reason:
-        raise StaleIndexError(f"{reason}: the shard changed since the index was built; rebuild it")
+        raise StaleIndexError(f"{reason}: {STALE}")
 
 
 def is_local(fs: Any) -> bool:
@@ -197,6 +203,11 @@ def is_local(fs: Any) -> bool:
     from fsspec.implementations.local import LocalFileSystem
 
     return isinstance(fs, LocalFileSystem)
+
+
+def is_object_store(fs: Any) -> bool:
+    """Whether `fs` is S3, GCS or Azure (listings give each file's size and version)."""
+    return _store_reads(fs) is not None
 
 
 def _protocols(fs: Any) -> set[str]:

@@ -48,8 +48,15 @@ class ByteCache(Protocol):
         """Whether the cache holds all of bytes [starts[i], ends[i]) of urls[i]."""
         ...
 
-    def check_ahead(self, fs: Any, urls: Sequence[str], indexed: Sequence[Indexed]) -> None:
-        """Start checking these shards against the remote (their first reads wait for it)."""
+    def check_ahead(
+        self, fs: Any, urls: Sequence[str], indexed: Sequence[Indexed], shards: int
+    ) -> None:
+        """Start checking these shards (of an index of `shards`) against the remote; the
+        caller `confirm`s each before handing out its rows (its reads do not wait)."""
+        ...
+
+    def confirm(self, fs: Any, url: str, indexed: Indexed) -> None:
+        """StaleIndexError if the shard is no longer its indexed version on the remote."""
         ...
 
 
