@@ -4,7 +4,9 @@ from __future__ import annotations
 
 import re
 
-__all__ = ["ShardError", "StaleIndexError", "StaleSidecarError", "redact"]
+__all__ = ["STALE", "ShardError", "StaleIndexError", "StaleSidecarError", "redact"]
+
+STALE = "the shard changed since the index was built; rebuild it"  # a StaleIndexError's ending
 
 _USERINFO = re.compile(r"(?<=://)[^/@\s]+@")
 # secrets inside query strings and connection strings: an Azure SAS signature, an account key

@@ -22,10 +22,9 @@ from collections.abc import Sequence
 from concurrent import futures
 from typing import Any
 
-from ..errors import StaleIndexError
+from ..errors import STALE, StaleIndexError
 from ..stats import current
 from ..storage.filesystems import (
-    STALE,
     Indexed,
     entry_of,
     is_object_store,

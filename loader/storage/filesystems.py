@@ -19,7 +19,7 @@ from fsspec.asyn import sync
 from fsspec.core import split_protocol, url_to_fs
 from fsspec.implementations.local import LocalFileSystem
 
-from ..errors import StaleIndexError, redact
+from ..errors import STALE, StaleIndexError, redact
 from .ranged_get import HTTP_CONCURRENCY, http_ranges, is_http, s3_ranges
 from .store_errors import denied, store_error
 
@@ -43,7 +43,6 @@ __all__ = [
 _USERINFO = re.compile(r"(?<=://)[^/@\s]+@")
 
 UrlOrPath = str | os.PathLike[str]  # a URL, a local path, or a pathlib.Path
-STALE = "the shard changed since the index was built; rebuild it"  # what a StaleIndexError asks
 
 
 @overload

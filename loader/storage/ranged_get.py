@@ -18,7 +18,7 @@ import re
 from collections.abc import Sequence
 from typing import Any
 
-from ..errors import ShardError, StaleIndexError, redact
+from ..errors import STALE, ShardError, StaleIndexError, redact
 from .store_errors import status_error
 
 __all__ = ["S3_CONCURRENCY", "RangeIgnoredError", "http_ranges", "is_http", "s3_ranges"]
@@ -67,7 +67,7 @@ def check_answer(
     if size is not None and total != "*" and int(total) != size:
         raise StaleIndexError(
             f"{redact(url)}: the server says the file holds {total} bytes, the index "
-            f"{size}: the shard changed since the index was built; rebuild it"
+            f"{size}: {STALE}"
         )
 
 
