@@ -99,10 +99,10 @@ def test_many_members_across_read_buffers() -> None:
 def test_keys_and_extensions_split_as_webdataset_splits_them() -> None:
     from webdataset.tariterators import base_plus_ext
 
-    from loader.formats.tar_scan import _KEY_EXT
+    from loader.formats.tar_groups import KEY_EXT
 
     for name in ["a/b.c.d", "x.jpg", "dir.v2/x.tar.gz", "noext", "a/.hidden", "a/b.", "./s.cls"]:
-        split = _KEY_EXT.match(name)
+        split = KEY_EXT.match(name)
         assert (split.groups() if split else (None, None)) == base_plus_ext(name)
 
 

@@ -10,33 +10,20 @@ made with jemalloc's pool instead.
 
 from __future__ import annotations
 
-import functools
 import threading
 from collections import OrderedDict
 from collections.abc import Callable
 from typing import Any
 
-import pyarrow as pa
 import pyarrow.parquet as pq
 
+from ..columns.arrays import read_pool
 from ..shard import Shard
 from ..storage.ranges import FetchFile
 
 __all__ = ["OPEN_FILES", "OpenFiles", "pooled", "read_pool"]
 
 OPEN_FILES = 16  # local shards a reading thread keeps open (a block's pieces and more)
-
-
-@functools.cache
-def read_pool() -> pa.MemoryPool | None:
-    """The pool local reads decode into: jemalloc's where pyarrow has it (Linux, macOS).
-    Groups decoded on the reading thread and freed by the consumer stay in the reading
-    thread's heap with pyarrow's default, mimalloc (measured: bench.py's second pass +146
-    MB of peak RSS with mimalloc, +94 with these reads in jemalloc, at less CPU)."""
-    try:
-        return pa.jemalloc_memory_pool()
-    except (NotImplementedError, pa.ArrowNotImplementedError):
-        return None
 
 
 def pooled(pf: pq.ParquetFile, source: Any) -> pq.ParquetFile:

@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import difflib
 import gzip
+import os
 import zlib
 from collections.abc import Callable, Sequence
 from concurrent.futures import ThreadPoolExecutor
@@ -18,6 +19,7 @@ from typing import Any
 
 import numpy as np
 import torch
+from fsspec.implementations.local import LocalFileSystem
 
 from ..errors import ShardError
 from ..shard import Shard
@@ -45,6 +47,13 @@ __all__ = [
 ]
 
 _META = ("__key__", "__url__")  # every sample has them; asking for them is fine
+
+
+def _scanners(fs: Any) -> int:
+    """Tar shards scanned at once: 16 remote ones (each mostly waits for its reads); local
+    ones a core each (measured, 16 shards of 30,000 members on 2 cores: 16 threads 1.2 s
+    and +270 MB of RSS, a heap each; 2 threads 1.0 s and +140 MB)."""
+    return min(16, os.cpu_count() or 1) if isinstance(fs, LocalFileSystem) else 16
 
 
 def _is_number(v: Any) -> bool:
@@ -162,7 +171,8 @@ class TarFormat:
         """Each shard's records and member ranges from its headers (sidecars are read by
         loader.formats.tar_index before this): plain tars choose sequential or ranged
         header reads from their first members (`crossover`), compressed ones are read
-        through, decompressing. Shards are scanned 16 at a time."""
+        through, decompressing. Shards are scanned 16 at a time (local files: a core
+        each, see `_scanners`)."""
         crossover = crossover_for(fs)
 
         def one(entry: FileEntry) -> dict[str, Any]:
@@ -174,7 +184,7 @@ class TarFormat:
             out["details"]["compression"] = "gzip"
             return out
 
-        with ThreadPoolExecutor(max_workers=min(16, max(1, len(entries)))) as pool:
+        with ThreadPoolExecutor(max_workers=min(_scanners(fs), max(1, len(entries)))) as pool:
             return list(pool.map(one, entries))
 
     def _span(self, fs: Any, shard: Shard, lo: int, hi: int) -> bytes:

@@ -28,7 +28,7 @@ from ..errors import StaleSidecarError
 from ..shard import Shard
 from ..storage.filesystems import FileEntry, filesystem, redact
 from ..storage.retry import RetryPolicy, read_ranges
-from .tar_scan import group_members
+from .tar_groups import Found, group_members
 
 __all__ = [
     "IDX_VERSION",
@@ -248,7 +248,7 @@ def index_from_sidecars(
         if why:
             raise _stale(side.url, entry.url, why)
         keys, grouped, _ = group_members(
-            [(n, o, s, 0) for n, o, s in members], entry.url, entry.size
+            Found.of_members([(n, o, s, 0) for n, o, s in members]), entry.url, entry.size
         )
         out.append({"num_records": len(keys), "details": {"keys": keys, "members": grouped}})
     return out

@@ -1,11 +1,11 @@
-"""Indexing a tar shard: its members' byte ranges grouped into webdataset samples, from
-one pass over the headers (sequential, or one small read a header skipping the bodies),
-and the header checks a read makes of the bytes it got."""
+"""Indexing a tar shard: its members' byte ranges from one pass over the headers
+(sequential, or one small read a header skipping the bodies), grouped into webdataset
+samples by loader.formats.tar_groups; and the header checks a read makes of the bytes it
+got."""
 
 from __future__ import annotations
 
 import gzip
-import re
 import tarfile
 import zlib
 from collections.abc import Callable, Sequence
@@ -13,11 +13,15 @@ from typing import Any
 
 import numpy as np
 import numpy.typing as npt
+import pyarrow as pa
+import pyarrow.compute as pc
 from fsspec.implementations.local import LocalFileSystem
 
+from ..columns.arrays import flags
 from ..errors import ShardError
 from ..storage.filesystems import redact
 from ..storage.ranges import RangeFile
+from .tar_groups import POOL, Found, Member, group_members
 
 __all__ = [
     "BLOCK",
@@ -30,10 +34,6 @@ __all__ = [
     "scan_tar",
 ]
 
-_SKIP_META = re.compile(r"__[^/]*__($|/)")  # webdataset's skip_meta default
-# webdataset's base_plus_ext (key, then every extension), compiled once: it calls
-# re.match with the pattern string, a cache lookup that was a third of the index time
-_KEY_EXT = re.compile(r"^((?:.*/|)[^.]+)[.]([^/]*)$")
 _SCANBLOCK = 1 << 20  # readahead while walking the headers
 # a ranged header read: the header and what follows it, so a small member after a large
 # one (a .cls after a .jpg) and the next header usually come with it in one request
@@ -86,65 +86,7 @@ def scan_tar(
     return {"num_records": len(keys), "details": details}
 
 
-def group_members(
-    found: Sequence[Member], url: str, size: int | None
-) -> tuple[list[str], list[list[list[Any]]], list[int]]:
-    """(keys, members, compressed ends) of the records the tar's regular members form, by
-    webdataset's rules: meta files (``__...__``) and names without an extension skipped,
-    the key and lower-cased extension split as `base_plus_ext` splits them, neighbours
-    with one key one record, a repeated extension in a record refused, and a key whose
-    members are not all next to each other refused."""
-    keys: list[str] = []
-    members: list[list[list[Any]]] = []
-    ends: list[int] = []
-    exts: set[str] = set()  # the current record's extensions
-    seen_keys: set[str] = set()
-    for name, offset, length, seen in found:
-        if name[:2] == "__" and _SKIP_META.match(name):
-            continue
-        split = _KEY_EXT.match(name)
-        if split is None:
-            continue
-        key, ext = split.groups()
-        ext = ext.lower()  # as webdataset's group_by_keys (lcase=True)
-        if size is not None and offset + length > size:
-            raise ShardError(
-                f"{redact(url)}: truncated tar: member {name} ends at byte "
-                f"{offset + length} of a {size}-byte file"
-            )
-        if not keys or keys[-1] != key:
-            if key in seen_keys:
-                raise ShardError(
-                    f"{redact(url)}: sample {key!r} is split: its members are not next to "
-                    f"each other in the tar ({name} comes after other samples' members); "
-                    "webdataset would give two samples with this key. Write each sample's "
-                    "files together (sort the names before tarring)"
-                )
-            seen_keys.add(key)
-            keys.append(key)
-            members.append([])
-            ends.append(seen)
-            exts = set()
-        elif ext in exts:
-            raise ShardError(
-                f"{redact(url)}: duplicate file name in tar file: sample {key!r} has two "
-                f"members with extension {ext!r} (the second: {name}); webdataset refuses "
-                "such shards too"
-            )
-        exts.add(ext)
-        members[-1].append([ext, offset, length])
-        ends[-1] = seen
-    return keys, members, ends
-
-
-# name, data offset, data size, compressed bytes read once the member's data is reached
-# (0 for an uncompressed tar)
-Member = tuple[str, int, int, int]
-
-
-def _tarfile_members(
-    f: Any, url: str, mark: Callable[[], int] | None
-) -> tuple[list[Member], int, bool]:
+def _tarfile_members(f: Any, url: str, mark: Callable[[], int] | None) -> tuple[Found, int, bool]:
     """(regular members, offset of the block after the last, False: the end-of-archive
     block is still to be checked) by Python's tarfile: any header format (pax, GNU long
     names, base-256 sizes, ...)."""
@@ -165,25 +107,26 @@ def _tarfile_members(
             end = tf.offset  # where the next header would start
     except (tarfile.TarError, EOFError, zlib.error, gzip.BadGzipFile) as e:
         raise ShardError(f"{redact(url)}: corrupt or truncated tar ({e})") from e
-    return _compressed_ends(found, mark), end, False
+    return _compressed_ends(Found.of_members(found), mark), end, False
 
 
-def _compressed_ends(found: list[Member], mark: Callable[[], int] | None) -> list[Member]:
+def _compressed_ends(found: Found, mark: Callable[[], int] | None) -> Found:
     """Member i's data lies before member i+1's header, so the compressed bytes read when
     that header was seen (or at the end) are enough to decompress it."""
     if mark is None:
         return found
-    after = [m[3] for m in found[1:]] + [mark()]
-    return [(n, o, s, a) for (n, o, s, _), a in zip(found, after)]
+    seen = np.append(found.seen[1:], mark()).astype(np.int64)
+    return Found(found.names, found.offsets, found.sizes, seen)
 
 
 class _NeedsTarfile(Exception):
     """A header our walk leaves to tarfile."""
 
 
-_REGULAR = (b"0", b"\0", b"7")  # tarfile's REGTYPE, AREGTYPE, CONTTYPE
-_OTHER = (b"1", b"2", b"3", b"4", b"5", b"6")  # links, devices, directories, fifos: no data
+_DATA = (ord("0"), ord("7"))  # tarfile's REGTYPE, CONTTYPE (AREGTYPE, NUL: see the walk)
+_NO_DATA = tuple(map(ord, "123456"))  # links, devices, directories, fifos: no data
 _ZERO = bytes(BLOCK)
+_FIELD_END = (0, 32)  # NUL, space
 
 
 def choose_ranged(walked: int, members: int, crossover: int | None) -> bool:
@@ -202,23 +145,28 @@ def _walk_headers(
     url: str,
     mark: Callable[[], int] | None = None,
     crossover: int | None = None,
-) -> tuple[list[Member], int, bool]:
+) -> tuple[Found, int, bool]:
     """What `_tarfile_members` returns (True when the end-of-archive block was seen), for
     plain ustar/GNU/v7 headers only (what tar writers emit for short ASCII names); raises
     _NeedsTarfile on any other header.
 
     tarfile costs ~30 us a member (a TarInfo object, its checks); WebDataset shards hold
-    many small members, and this walk reads the same fields in ~3.5 us: 480,000 members
-    index in 2.7 s instead of 15 s. Checksums are verified as tarfile does (unsigned sums
-    of all the headers of a buffer at once, signed sums where those differ).
+    many small members. The walk itself reads only what moves it on (the type flag and
+    the size) from each header; the names and checksums of a buffer's headers are read
+    and checked for all of them at once (`_buffer_done`), as tarfile checks them (unsigned
+    sums, signed where those differ).
 
     Reads: 1 MiB at a time; with `crossover` (see `choose_ranged`), after the first 1 MiB
     (at once when 0) one `_PEEK`-byte read at each header the buffer does not hold,
     skipping the member bodies between them.
     """
-    found: list[Member] = []
+    names: list[pa.Array | list[str]] = []  # each buffer's member names
+    offsets: list[int] = []
+    sizes: list[int] = []
+    seen: list[int] = []
     pos, base, buf = 0, 0, b""
-    heads: list[tuple[int, int]] = []  # (header offset in buf, stored checksum) to verify
+    others: list[int] = []  # offsets in buf of the headers of no data (checked too)
+    first = 0  # the buffer's first member in `offsets`
     step, decided = max(_SCANBLOCK, BLOCK), crossover is None
     if crossover == 0:
         step, decided = _ranged(f), True
@@ -226,11 +174,11 @@ def _walk_headers(
         _readahead(f, 0)  # the first 1 MiB exactly: the choice may skip what follows
     while True:
         if pos + BLOCK > base + len(buf):
-            _verify(buf, heads, base, url)
-            heads = []
+            names.append(_buffer_done(buf, others, offsets[first:], base, url))
+            others, first = [], len(offsets)
             if not decided and buf:  # the first buffer is walked: choose for the rest
                 decided = True
-                if choose_ranged(pos, len(found), crossover):
+                if choose_ranged(pos, len(offsets), crossover):
                     step = _ranged(f)
                 else:
                     _readahead(f, _SCANBLOCK)
@@ -241,34 +189,98 @@ def _walk_headers(
                 raise ShardError(f"{redact(url)}: corrupt or truncated archive ({e})") from e
             if len(buf) < BLOCK:
                 # no room for a header: the end check reports it
+                found = _found(names, offsets, sizes, seen)
                 return _compressed_ends(found, mark), pos, False
         at = pos - base
-        hdr = buf[at : at + BLOCK]
-        if hdr == _ZERO:
-            _verify(buf, heads, base, url)
-            return _compressed_ends(found, mark), pos, True  # the end-of-archive block
-        kind = hdr[156:157]
-        field = hdr[124:136]
-        if field[0] & 0x80 or (kind not in _REGULAR and kind not in _OTHER):
-            raise _NeedsTarfile  # base-256 size, pax / GNU long name / sparse / vendor
-        try:
-            length = int(field.split(b"\0", 1)[0].strip() or b"0", 8)
-            stored = int(hdr[148:156].split(b"\0", 1)[0].strip() or b"0", 8)
-        except ValueError:
-            raise ShardError(
-                f"{redact(url)}: corrupt or truncated tar (bad header at byte {pos})"
-            ) from None
-        heads.append((at, stored))
-        name = hdr[:100].split(b"\0", 1)[0]
-        prefix = hdr[345:500].split(b"\0", 1)[0]  # ustar's; tarfile reads it in any header
-        if prefix:
-            name = prefix + b"/" + name
-        text = name.decode("utf-8", "surrogateescape")
+        if buf[at] == 0 and buf[at : at + BLOCK] == _ZERO:  # the end-of-archive block
+            names.append(_buffer_done(buf, others, offsets[first:], base, url))
+            return _compressed_ends(_found(names, offsets, sizes, seen), mark), pos, True
+        kind = buf[at + 156]
+        if buf[at + 124] & 0x80:
+            raise _NeedsTarfile  # a base-256 size
         pos += BLOCK
-        if kind in _OTHER or (kind == b"\0" and text.endswith("/")):
+        if kind == 0:  # AREGTYPE: a directory if its name ends with a slash (tarfile)
+            if _name(buf[at : at + BLOCK]).endswith(b"/"):
+                others.append(at)
+                continue
+        elif kind in _NO_DATA:
+            others.append(at)
             continue  # tarfile skips no data after these
-        found.append((text, pos, length, mark() if mark else 0))
+        elif kind not in _DATA:
+            raise _NeedsTarfile  # pax / GNU long name / sparse / vendor
+        try:  # the usual size field: 11 octal digits, then NUL or space
+            if buf[at + 135] not in _FIELD_END:
+                raise ValueError
+            length = int(buf[at + 124 : at + 135], 8)
+        except ValueError:
+            length = _size(buf, at, base, url)
+        offsets.append(pos)
+        sizes.append(length)
+        if mark is not None:
+            seen.append(mark())
         pos += -(-length // BLOCK) * BLOCK
+
+
+def _size(buf: bytes, at: int, base: int, url: str) -> int:
+    """The size field of the header at `at`, as tarfile's ``nti`` reads it."""
+    field = buf[at + 124 : at + 136]
+    try:
+        return int(field.split(b"\0", 1)[0].strip() or b"0", 8)
+    except ValueError:
+        raise ShardError(
+            f"{redact(url)}: corrupt or truncated tar (bad header at byte {base + at})"
+        ) from None
+
+
+def _name(hdr: bytes) -> bytes:
+    """A header's name as tarfile reads it: up to the first NUL, after ustar's prefix."""
+    name = hdr[:100].split(b"\0", 1)[0]
+    prefix = hdr[345:500].split(b"\0", 1)[0]  # ustar's; tarfile reads it in any header
+    return prefix + b"/" + name if prefix else name
+
+
+def _buffer_done(
+    buf: bytes, others: list[int], members: list[int], base: int, url: str
+) -> pa.Array | list[str] | None:
+    """Check the checksums of the headers in `buf` (at `others`, and before the data of
+    `members`, offsets in the file); the members' names (Arrow strings; str with
+    surrogate escapes where not UTF-8, as tarfile decodes them)."""
+    mine_at = np.array(members, dtype=np.int64) - BLOCK - base
+    at = np.sort(np.concatenate((mine_at, others))) if others else mine_at
+    if not at.size:
+        return None
+    rows = _rows(buf, at)
+    _check_sums(rows, _octal(rows[:, 148:156]), at, base, url)
+    if not members:
+        return None
+    mine = rows[np.searchsorted(at, mine_at)] if others else rows
+    values: Any = np.ascontiguousarray(mine[:, :100]).view("S100").ravel()
+    arr = pa.array(values, pa.binary(), memory_pool=POOL)  # numpy drops the trailing NULs
+    # tarfile cuts a name at its first NUL, and puts ustar's prefix before it
+    nul = flags(pc.match_substring(arr, "\0", memory_pool=POOL))
+    odd = np.flatnonzero(nul | (mine[:, 345] != 0))
+    if odd.size:
+        values = arr.to_pylist()
+        for i in odd.tolist():
+            values[i] = _name(mine[i].tobytes())
+        arr = pa.array(values, pa.binary(), memory_pool=POOL)
+    try:
+        return arr.cast(pa.string(), memory_pool=POOL)
+    except pa.ArrowInvalid:
+        return [v.decode("utf-8", "surrogateescape") for v in arr.to_pylist()]
+
+
+def _found(
+    names: list[pa.Array | list[str] | None], offsets: list[int], sizes: list[int], seen: list[int]
+) -> Found:
+    chunks = [c for c in names if c is not None]
+    joined: pa.Array | list[str]
+    if all(isinstance(c, pa.Array) for c in chunks):
+        joined = pa.concat_arrays(chunks, memory_pool=POOL) if chunks else pa.array([], pa.string())
+    else:
+        joined = [n for c in chunks for n in (c if isinstance(c, list) else c.to_pylist())]
+    cols = (np.array(c, dtype=np.int64) for c in (offsets, sizes, seen or [0] * len(offsets)))
+    return Found(joined, *cols)
 
 
 def _readahead(f: Any, nbytes: int) -> None:
@@ -281,15 +293,6 @@ def _ranged(f: Any) -> int:
     the size of a ranged header read."""
     _readahead(f, 0)
     return _PEEK
-
-
-def _verify(buf: bytes, heads: list[tuple[int, int]], base: int, url: str) -> None:
-    """Check the stored checksums of the headers at `heads` in `buf`, vectorized."""
-    if not heads:
-        return
-    at = np.array([a for a, _ in heads], dtype=np.int64)
-    stored = np.array([c for _, c in heads], dtype=np.int64)
-    _check_sums(_rows(buf, at), stored, at, base, url)
 
 
 def _rows(buf: bytes, at: npt.NDArray[np.int64]) -> npt.NDArray[np.uint8]:
@@ -320,11 +323,15 @@ def _check_sums(
 
 
 _PLACES = np.arange(8)
+_SIX = 8 ** np.arange(5, -1, -1, dtype=np.int64)  # six octal digits' place values
 
 
 def _octal(fields: npt.NDArray[np.uint8]) -> npt.NDArray[np.int64]:
     """Octal number fields (n, 8) as tarfile's ``nti`` reads them (up to the first NUL,
     spaces around the digits), vectorized; -1 where a field is not one."""
+    digits = fields[:, :6]
+    if ((digits >= 48) & (digits <= 55)).all() and (fields[:, 6] == 0).all():
+        return (digits.astype(np.int64) - 48) @ _SIX  # what writers put in a checksum
     zero = fields == 0
     nul = np.where(zero.any(axis=1), zero.argmax(axis=1), 8)
     live = _PLACES[None, :] < nul[:, None]

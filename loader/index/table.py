@@ -116,11 +116,68 @@ def layout_columns(details: Sequence[dict[str, Any] | None]) -> dict[str, pa.Arr
     present = {("member_ext" if k == "members" else k) for d in details if d for k in d}
     if any(not _known(k) for d in details if d for k in d):
         present.add("extra")
+    tar = _tar_columns(details) if "member_ext" in present else None
     out = {}
     for name, kind in LAYOUT.items():
-        if name in present or (name in _MEMBERS and "member_ext" in present):
+        if tar is not None and name in tar:
+            out[name] = tar[name]
+        elif name in present or (name in _MEMBERS and "member_ext" in present):
             out[name] = arrow_values(_column_values(details, name), kind)
     return out
+
+
+def _tar_columns(details: Sequence[dict[str, Any] | None]) -> dict[str, pa.Array] | None:
+    """The ``keys`` and member columns from shards' `Keys` and `Members` tables (a scan's
+    arrays) without a Python object a member; None where a shard holds them as lists (a
+    JSON index's, names that are not UTF-8): `_column_values` makes those."""
+    has = [d is not None and "members" in d for d in details]
+    tables = [d["members"] for d, h in zip(details, has) if h and d is not None]
+    keys: list[Any] = [d.get("keys") for d, h in zip(details, has) if h and d is not None]
+    if not all(isinstance(m, Members) for m in tables) or not all(
+        isinstance(k, Keys) for k in keys
+    ):
+        return None
+    records = np.array([len(m) for m in tables], dtype=np.int64)
+    counts = np.array([len(m.offset) for m in tables], dtype=np.int64)
+    if int(counts.sum()) >= 1 << 31:  # past a list array's int32 offsets
+        return None
+    mask = pa.array(np.logical_not(has))
+    per_shard = np.zeros(len(details), dtype=np.int64)
+    per_shard[np.flatnonzero(has)] = records
+    outer = pa.array(np.concatenate(([0], np.cumsum(per_shard))), pa.int32())
+    starts = np.concatenate(([0], np.cumsum(counts)))
+    inner = pa.array(
+        np.concatenate([m.first[:-1] + s for m, s in zip(tables, starts.tolist())] + [starts[-1:]]),
+        pa.int32(),
+    )
+
+    def nested(values: pa.Array, name: str) -> pa.Array:
+        rows = pa.ListArray.from_arrays(inner, values, type=LAYOUT[name].value_type)
+        return pa.ListArray.from_arrays(outer, rows, type=LAYOUT[name], mask=mask)
+
+    key_lengths = np.zeros(len(details), dtype=np.int64)
+    key_lengths[np.flatnonzero(has)] = [len(k) for k in keys]
+    strings = pa.concat_arrays([k.values for k in keys]) if keys else pa.array([], pa.string())
+    return {
+        "keys": pa.ListArray.from_arrays(
+            pa.array(np.concatenate(([0], np.cumsum(key_lengths))), pa.int32()),
+            strings,
+            type=LAYOUT["keys"],
+            mask=mask,
+        ),
+        "member_ext": nested(
+            pa.concat_arrays([m.ext for m in tables]) if tables else pa.array([], pa.string()),
+            "member_ext",
+        ),
+        "member_offset": nested(
+            pa.array(np.concatenate([[], *(m.offset for m in tables)]).astype(np.int64)),
+            "member_offset",
+        ),
+        "member_size": nested(
+            pa.array(np.concatenate([[], *(m.size for m in tables)]).astype(np.int64)),
+            "member_size",
+        ),
+    }
 
 
 def shard_table(
