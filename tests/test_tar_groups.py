@@ -14,6 +14,7 @@ from hypothesis import strategies as st
 
 from loader import ShardError
 from loader.formats.tar_groups import Found, _group_one_by_one, group_members
+from loader.formats.tar_members import Keys, Members
 from loader.formats.tar_scan import _tarfile_members, _walk_headers, scan_tar
 
 _PARTS = st.sampled_from(
@@ -44,8 +45,8 @@ def test_arrays_group_as_webdataset_does_member_by_member(members: list, size: i
             group_members(table, "x.tar", size)
         return
     keys, grouped, ends = group_members(table, "x.tar", size)
+    assert isinstance(keys, Keys) and isinstance(grouped, Members)  # grouped as arrays
     assert (list(keys), list(grouped), ends) == expected
-    assert list(grouped) == [[list(m) for m in rec] for rec in expected[1]]
 
 
 def test_names_that_are_not_utf8_or_hold_a_newline_group_member_by_member() -> None:
@@ -98,3 +99,19 @@ def test_the_walk_reads_header_fields_as_tarfile_does(
     index = scan_tar(io.BytesIO(data), "x.tar", len(data))
     assert index["num_records"] == 1
     assert index["details"]["members"][0][0][1:] == [512, 3]
+
+
+def test_index_columns_from_arrays_equal_those_from_lists() -> None:
+    from loader.index.table import layout_columns, plain
+
+    members = [(f"k{i // 3:04d}.{'abc'[i % 3]}", 512 * (2 * i + 1), i % 7, 0) for i in range(300)]
+    scanned = dict(zip(("keys", "members"), group_members(Found.of_members(members), "x", None)))
+    empty = dict(zip(("keys", "members"), group_members(Found.of_members([]), "e", None)))
+    assert isinstance(scanned["members"], Members) and isinstance(empty["members"], Members)
+    shards = [scanned, None, {"deferred": "counts.json"}, empty, dict(scanned)]
+    from_arrays = layout_columns(shards)
+    from_lists = layout_columns([None if d is None else plain(d) for d in shards])
+    assert from_arrays.keys() == from_lists.keys()
+    for name, column in from_lists.items():
+        assert from_arrays[name].type == column.type, name
+        assert from_arrays[name].equals(column), name

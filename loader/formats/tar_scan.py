@@ -160,7 +160,7 @@ def _walk_headers(
     (at once when 0) one `_PEEK`-byte read at each header the buffer does not hold,
     skipping the member bodies between them.
     """
-    names: list[pa.Array | list[str]] = []  # each buffer's member names
+    names: list[pa.Array | list[str] | None] = []  # each buffer's member names
     offsets: list[int] = []
     sizes: list[int] = []
     seen: list[int] = []

@@ -155,28 +155,19 @@ def _tar_columns(details: Sequence[dict[str, Any] | None]) -> dict[str, pa.Array
         rows = pa.ListArray.from_arrays(inner, values, type=LAYOUT[name].value_type)
         return pa.ListArray.from_arrays(outer, rows, type=LAYOUT[name], mask=mask)
 
-    key_lengths = np.zeros(len(details), dtype=np.int64)
-    key_lengths[np.flatnonzero(has)] = [len(k) for k in keys]
     strings = pa.concat_arrays([k.values for k in keys]) if keys else pa.array([], pa.string())
-    return {
-        "keys": pa.ListArray.from_arrays(
-            pa.array(np.concatenate(([0], np.cumsum(key_lengths))), pa.int32()),
-            strings,
-            type=LAYOUT["keys"],
-            mask=mask,
-        ),
+
+    def flat(values: list[Any]) -> pa.Array:
+        return pa.array(np.concatenate(values) if values else np.zeros(0), pa.int64())
+
+    return {  # a shard has a key a record: the keys share the member lists' outer offsets
+        "keys": pa.ListArray.from_arrays(outer, strings, type=LAYOUT["keys"], mask=mask),
         "member_ext": nested(
             pa.concat_arrays([m.ext for m in tables]) if tables else pa.array([], pa.string()),
             "member_ext",
         ),
-        "member_offset": nested(
-            pa.array(np.concatenate([[], *(m.offset for m in tables)]).astype(np.int64)),
-            "member_offset",
-        ),
-        "member_size": nested(
-            pa.array(np.concatenate([[], *(m.size for m in tables)]).astype(np.int64)),
-            "member_size",
-        ),
+        "member_offset": nested(flat([m.offset for m in tables]), "member_offset"),
+        "member_size": nested(flat([m.size for m in tables]), "member_size"),
     }
 
 
