@@ -169,7 +169,13 @@ def test_a_large_manifest_touches_only_the_ranks_shards(tmp_path: Path) -> None:
 def test_listing_a_manifest_is_columns(tmp_path: Path) -> None:
     (tmp_path / "m.manifest").write_text('a.parquet 10 3\n/elsewhere/b.parquet 20 - "e1"\n')
     listing = discover(str(tmp_path / "m.manifest"))
-    assert listing.urls.to_pylist() == [str(tmp_path / "a.parquet"), "/elsewhere/b.parquet"]
+    # the names as written, the manifest's folder once (loader.index.urls)
+    assert listing.urls.to_pylist() == ["a.parquet", "/elsewhere/b.parquet"]
+    assert listing.base == str(tmp_path)
+    full = [str(tmp_path / "a.parquet"), "/elsewhere/b.parquet"]
+    assert [listing.url(i) for i in range(2)] == [e.url for e in listing.entries] == full
+    assert [listing.part([1, 0]).url(i) for i in range(2)] == full[::-1]
+    assert Listing.from_buffer(listing.to_buffer()) == listing
     assert listing.sizes.tolist() == [10, 20]
     assert listing.records.tolist() == [3, -1]
     assert listing.defer.tolist() == [True, False]

@@ -179,3 +179,38 @@ def test_manifests_start_without_pandas(tmp_path: Path) -> None:
     assert modules == "[]"
     want = list(range(sum(SIZES)))
     assert json.loads(got) == [{m: want for m in sources}, {m: SIZES for m in sources}]
+
+
+@pytest.mark.parametrize("fmt", ["parquet", "tar"])
+def test_relative_names_are_held_once_with_their_folder(tmp_path: Path, fmt: str) -> None:
+    """A manifest's relative names stay names (its folder held once, loader.index.urls):
+    the shards, a saved index and the records are those of the full URLs, and key=value
+    folders in the names are partitions as when the manifest's folder is listed."""
+    root = tmp_path / "ds"
+    write_dataset(LOCAL, str(root / "year=2024"), fmt)
+    listed = ShardIndex.build(str(root))
+    names = [s.url.split("/ds/", 1)[1] for s in listed.shards]  # year=2024/part-...
+    lines = [f"{n} {s.bytes} {s.num_records}" for n, s in zip(names, listed.shards)]
+    (root / "train.manifest").write_text("\n".join(lines) + "\n")
+    index = ShardIndex.build(str(root / "train.manifest"))
+    assert index.table.column("url").to_pylist() == names
+    assert [s.url for s in index.shards] == [s.url for s in listed.shards]
+    for name in ("i.index.arrow", "i.index.json"):
+        index.save(str(tmp_path / name))
+        loaded = ShardIndex.load(str(tmp_path / name))
+        assert loaded == index
+        assert [s.url for s in loaded.shards] == [s.url for s in listed.shards]
+    saved = ShardIndex.load(str(tmp_path / "i.index.arrow")).table.column("url").to_pylist()
+    assert saved == [s.url for s in listed.shards]  # a saved index holds full URLs
+    if fmt == "parquet":
+        assert index.partitioning == listed.partitioning
+        assert listed.partitioning is not None and listed.partitioning.names == ["year"]
+        # folders above a manifest are not its partitions, as above a listed folder
+        inner = root / "year=2024" / "inner.manifest"
+        inner.write_text("\n".join(x.split("/", 1)[1] for x in lines) + "\n")
+        assert ShardIndex.build(str(inner)).partitioning is None
+        assert ShardIndex.build(str(root / "year=2024")).partitioning is None
+    want = list(StreamingDataset(str(root), shuffle=False))
+    for source in (str(root / "train.manifest"), index, str(tmp_path / "i.index.arrow")):
+        got = list(StreamingDataset(source, shuffle=False))
+        assert got == want  # whole records, every column (tar: __url__ full)

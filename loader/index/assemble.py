@@ -26,6 +26,7 @@ from ..formats.schemas import unify_schemas
 from ..storage.filesystems import filesystem
 from .listing import Listing
 from .table import LAYOUT, flags, layout_columns, numbers, one_array, shard_table
+from .urls import is_relative
 
 __all__ = ["assemble", "assemble_rows", "from_ipc", "scanned_rows", "to_ipc"]
 
@@ -104,7 +105,9 @@ def assemble_rows(
     partitioning = None
     if name in ("parquet", "arrow") and n:
         partitioning = _hive(listing, schemas, layout, storage_options)
-    table = shard_table(listing.urls, listing.sizes, listing.versions, records, layout)
+    table = shard_table(
+        listing.urls, listing.sizes, listing.versions, records, layout, listing.base
+    )
     log.info("indexed %d %s shards, %d records", n, name, int(records.sum()))
     return table, schemas, partitioning
 
@@ -117,15 +120,28 @@ def _hive(
 ) -> pa.Schema | None:
     """The Hive partitioning of a columnar listing's ``key=value`` folders; `layout` gets
     the ``partitions`` and ``hive_values`` columns of its shards (only shards whose path
-    holds a ``=`` are looked at one by one)."""
-    paths = pc.if_else(pc.is_valid(listing.relpaths), listing.relpaths, listing.urls)
-    named = np.flatnonzero(flags(pc.match_substring(paths, "=")))
+    holds a ``=`` are looked at one by one). A shard's path is the one below the source
+    where it has one (a listed folder), its name where relative to the listing's base (a
+    manifest's: folders below the manifest's, as listing that folder finds them), else
+    its URL's whole path (a list of URLs)."""
+    # each shard's relpath where it has one, else its name as the listing holds it (no
+    # copy of a million URLs)
+    named = np.flatnonzero(
+        np.where(
+            flags(pc.is_valid(listing.relpaths)),
+            flags(pc.match_substring(listing.relpaths, "=")),
+            flags(pc.match_substring(listing.urls, "=")),
+        )
+    )
     if not named.size:
         return None
     fs, _ = filesystem(listing.url(0), storage_options)
     values: dict[int, dict[str, str | None]] = {}
     for i in named.tolist():
         rel = listing.relpaths[i].as_py()
+        name = str(listing.urls[i].as_py())
+        if rel is None and listing.base and is_relative(name):
+            rel = name
         values[i] = hive_values(rel or fs._strip_protocol(listing.url(i)))
     inside = set(unify_schemas(list(schemas)).names) if schemas else set()
     # a key the files hold as a column too (polars writes both) is read from the files, as

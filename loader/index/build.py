@@ -43,6 +43,7 @@ from ..storage.retry import RetryPolicy, retrying
 from .assemble import assemble
 from .listing import Hint, Listing
 from .manifest import is_manifest, read_manifest
+from .urls import full_url
 
 __all__ = ["SCAN_BATCH", "Hint", "Listing", "assemble", "discover", "scan", "shares"]
 
@@ -152,14 +153,14 @@ def _hint(names: Sequence[str]) -> str:
     return ""
 
 
-def _check_known(urls: Sequence[str] | pa.Array) -> None:
+def _check_known(urls: Sequence[str] | pa.Array, base: str = "") -> None:
     urls = urls if isinstance(urls, pa.Array) else strings(list(urls))
     masks = list(formats_of_urls(urls).values())
     known = masks[0]
     for m in masks[1:]:
         known = pc.or_(known, m)
     if not pc.all(known).as_py():
-        url = urls.filter(pc.invert(known))[0].as_py()
+        url = full_url(base, urls.filter(pc.invert(known))[0].as_py())
         raise ValueError(
             f"{redact(url)}: unknown shard format; known suffixes: {known_suffixes()}"
             + _hint([url])
@@ -199,11 +200,13 @@ def _check_distinct(urls: Sequence[str]) -> None:
         seen[key] = url
 
 
-def _one_format(urls: pa.Array) -> str:
+def _one_format(urls: pa.Array, base: str = "") -> str:
     """The one format of the shards (their URLs known ones: `_check_known`)."""
     found = {name: m for name, m in formats_of_urls(urls).items() if pc.any(m).as_py()}
     if len(found) > 1:
-        examples = {name: urls.filter(m)[0].as_py() for name, m in sorted(found.items())}
+        examples = {
+            name: full_url(base, urls.filter(m)[0].as_py()) for name, m in sorted(found.items())
+        }
         raise ValueError(
             "mixed shard formats in one dataset: "
             + ", ".join(f"{f} ({redact(u)})" for f, u in examples.items())
@@ -233,9 +236,15 @@ def discover(
     companions: list[FileEntry] = []
     if is_manifest(source):
         rows = retrying(where, retry, lambda: read_manifest(str(source), storage_options, retry))
-        _check_known(rows.urls)
+        _check_known(rows.urls, rows.base)
         listing = Listing.of_columns(
-            _one_format(rows.urls), rows.urls, rows.sizes, rows.versions, rows.records, str(source)
+            _one_format(rows.urls, rows.base),
+            rows.urls,
+            rows.sizes,
+            rows.versions,
+            rows.records,
+            str(source),
+            base=rows.base,
         )
     else:
         if isinstance(source, str):

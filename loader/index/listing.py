@@ -21,6 +21,7 @@ import pyarrow as pa
 from ..columns.arrow_numpy import arrow_of, strings
 from ..storage.filesystems import FileEntry
 from .table import flags, numbers, one_array
+from .urls import full_url
 
 __all__ = ["Hint", "Listing"]
 
@@ -53,9 +54,10 @@ class Listing:
     Columns, each (n,): `urls`, `versions` and `relpaths` (Arrow strings; a version may be
     null), `sizes` (bytes), `records` (a count a manifest or wids list gives; -1: none),
     `defer` (the reader may index the shard), `origins` (what gave the count, dictionary
-    encoded: a manifest's million shards name one origin), and the
-    sidecars of the shards that have one. Plain data: broadcast to ranks, pickled to
-    worker processes (Arrow arrays pickle as their buffers)."""
+    encoded: a manifest's million shards name one origin), and the sidecars of the shards
+    that have one. A relative URL is relative to `base` (a manifest's folder:
+    loader.index.urls); `url(i)` is the full one. Plain data: broadcast to ranks, pickled
+    to worker processes (Arrow arrays pickle as their buffers)."""
 
     def __init__(
         self,
@@ -64,6 +66,7 @@ class Listing:
         hints: Sequence[Hint | None] = (),
     ) -> None:
         self.format = format
+        self.base = ""
         self.urls = _strings([e.url for e in entries])
         self.sizes: I64 = np.array([e.size for e in entries], dtype=np.int64)
         self.versions = _strings([e.version for e in entries])
@@ -87,10 +90,13 @@ class Listing:
         versions: pa.Array,
         records: I64 | None = None,
         origin: str = "",
+        base: str = "",
     ) -> Listing:
         """A listing of arrays as they are (a manifest's): shards with a count (>= 0) in
-        `records` are deferred, their count's origin `origin`."""
+        `records` are deferred, their count's origin `origin`; relative URLs relative to
+        `base`."""
         out = cls(format)
+        out.base = base
         n = len(urls)
         out.urls, out.versions = _strings(urls), _strings(versions)
         out.sizes = np.asarray(sizes, dtype=np.int64)
@@ -123,7 +129,8 @@ class Listing:
         return len(self.sizes)
 
     def url(self, i: int) -> str:
-        return str(self.urls[i].as_py())
+        """Shard i's full URL."""
+        return full_url(self.base, str(self.urls[i].as_py()))
 
     def entry(self, i: int) -> FileEntry:
         rel = self.relpaths[i].as_py()
@@ -148,6 +155,7 @@ class Listing:
         """The listing of the shards at `indices`, in that order."""
         at = np.asarray(indices, dtype=np.int64)
         out = Listing(self.format)
+        out.base = self.base
         take = arrow_of(at)
         out.urls, out.versions = self.urls.take(take), self.versions.take(take)
         out.relpaths, out.origins = self.relpaths.take(take), self.origins.take(take)
@@ -162,6 +170,7 @@ class Listing:
         metadata): what rank 0 broadcasts, a few bytes a shard."""
         meta = {
             "format": self.format,
+            "base": self.base,
             "schema_shard": self.schema_shard,
             "sidecars": [
                 [i, e.url, e.size, e.version, e.relpath] for i, e in self.sidecars.items()
@@ -190,6 +199,7 @@ class Listing:
         table = pa.ipc.open_stream(pa.py_buffer(data)).read_all()
         meta = json.loads(table.schema.metadata[b"listing"])
         out = cls(meta["format"])
+        out.base = meta["base"]
         out.urls, out.versions = one_array(table["url"]), one_array(table["version"])
         out.relpaths, out.origins = one_array(table["relpath"]), one_array(table["origin"])
         out.sizes = np.asarray(numbers(table["size"]), dtype=np.int64)
@@ -204,6 +214,7 @@ class Listing:
             return NotImplemented
         return (
             self.format == other.format
+            and self.base == other.base
             and self.urls.equals(other.urls)
             and np.array_equal(self.sizes, other.sizes)
             and self.versions.equals(other.versions)

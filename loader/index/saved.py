@@ -12,16 +12,37 @@ JSON indexes (version 2) still load (loader.index.shard_index).
 from __future__ import annotations
 
 import json
+import logging
+import os
 from typing import Any
 
 import pyarrow as pa
+import pyarrow.compute as pc
 
-from ..storage.filesystems import redact
+from ..storage.filesystems import redact, strip_credentials
+from .urls import relative, with_base
 
-__all__ = ["ARROW_MAGIC", "TABLE_VERSION", "read_table", "write_table"]
+__all__ = ["ARROW_MAGIC", "TABLE_VERSION", "portable", "read_table", "write_table"]
+
+log = logging.getLogger(__name__)
 
 TABLE_VERSION = 3
 ARROW_MAGIC = b"ARROW1"
+
+
+def portable(table: pa.Table) -> pa.Table:
+    """An index table (its URLs full: no base) as it is saved: without credentials in its
+    URLs, and relative local paths made absolute (the index may be loaded elsewhere)."""
+    urls = table.column("url").combine_chunks()
+    if pc.any(pc.match_substring(urls, "@")).as_py():
+        stripped = pa.array([strip_credentials(u) for u in urls.to_pylist()], pa.string())
+        if not stripped.equals(urls):
+            log.warning("credentials embedded in shard URLs were left out of the saved index")
+        urls = stripped
+    near = relative(urls)
+    if pc.any(near).as_py():
+        urls = pc.if_else(near, pc.binary_join_element_wise(os.getcwd(), urls, "/"), urls)
+    return with_base(table.set_column(0, "url", urls), "")
 
 
 def write_table(

@@ -12,7 +12,6 @@ from typing import Any
 import numpy as np
 import numpy.typing as npt
 import pyarrow as pa
-import pyarrow.compute as pc
 
 from ..errors import StaleIndexError
 from ..formats import format_for
@@ -34,8 +33,9 @@ from ..storage.retry import RetryPolicy
 from .build import assemble, discover, scan
 from .hf import check_hf_rows, hf_files
 from .listing import Listing
-from .saved import ARROW_MAGIC, read_table, write_table
+from .saved import ARROW_MAGIC, portable, read_table, write_table
 from .table import ShardList, layout_columns, numbers, one_array, plain, shard_table
+from .urls import base_of, table_urls
 
 __all__ = ["FORMAT_VERSION", "Shard", "ShardIndex"]
 
@@ -122,9 +122,15 @@ class ShardIndex:
     def __eq__(self, other: object) -> bool:
         if not isinstance(other, ShardIndex):
             return NotImplemented
+        same_base = base_of(self.table) == base_of(other.table)
         return (
             self._format == other._format
-            and self.table.equals(other.table)
+            and (
+                self.table.equals(other.table)
+                if same_base
+                else table_urls(self.table).equals(table_urls(other.table))
+                and self.table.drop_columns(["url"]).equals(other.table.drop_columns(["url"]))
+            )
             and self.schemas == other.schemas
             and self.partitioning == other.partitioning
         )
@@ -299,16 +305,7 @@ class ShardIndex:
             with fs.open(path, "w") as f:
                 json.dump(doc, f)
             return
-        urls = one_array(self.table.column("url"))
-        if pc.any(pc.match_substring(urls, "@")).as_py():
-            stripped = pa.array([strip_credentials(u) for u in urls.to_pylist()], pa.string())
-            if not stripped.equals(urls):
-                log.warning("credentials embedded in shard URLs were left out of the saved index")
-            urls = stripped
-        relative = pc.invert(pc.or_(pc.match_substring(urls, "://"), pc.starts_with(urls, "/")))
-        if pc.any(relative).as_py():
-            urls = pc.if_else(relative, pc.binary_join_element_wise(os.getcwd(), urls, "/"), urls)
-        table = self.table.set_column(0, "url", urls)
+        table = portable(self.table.set_column(0, "url", table_urls(self.table)))
         with fs.open(path, "wb") as f:
             write_table(
                 f,

@@ -33,6 +33,7 @@ from ..columns.arrays import flags, numbers, one_array
 from ..columns.arrow_numpy import arrow_of, arrow_values
 from ..formats.tar_members import Keys, Members
 from ..shard import Shard
+from .urls import base_of, full_url, with_base
 
 __all__ = [
     "LAYOUT",
@@ -177,8 +178,10 @@ def shard_table(
     versions: pa.Array,
     records: Any,
     layout: dict[str, pa.Array],
+    base: str = "",
 ) -> pa.Table:
-    """The index table: the core columns, then the layout columns given."""
+    """The index table: the core columns, then the layout columns given; relative URLs
+    relative to `base` (loader.index.urls)."""
     columns: dict[str, Any] = {
         "url": urls,
         "bytes": arrow_of(np.asarray(sizes, dtype=np.int64)),
@@ -187,7 +190,9 @@ def shard_table(
     }
     columns.update({k: layout[k] for k in LAYOUT if k in layout})
     table = pa.table(columns)
-    return table if all(c.num_chunks <= 1 for c in table.columns) else table.combine_chunks()
+    if not all(c.num_chunks <= 1 for c in table.columns):
+        table = table.combine_chunks()
+    return with_base(table, base) if base else table
 
 
 def details_at(columns: dict[str, pa.Array], i: int) -> dict[str, Any]:
@@ -219,6 +224,7 @@ class ShardList(Sequence[Shard]):
 
     def __init__(self, table: pa.Table, format: str) -> None:
         self.format = format
+        self._base = base_of(table)
         self._urls = one_array(table.column("url"))
         self._bytes = numbers(table.column("bytes"))
         self._versions = one_array(table.column("version"))
@@ -247,7 +253,7 @@ class ShardList(Sequence[Shard]):
             view = self._views.get(k)
         if view is None:
             view = Shard(
-                str(self._urls[k].as_py()),
+                self.url(k),
                 self.format,
                 int(self._records[k]),
                 int(self._bytes[k]),
@@ -275,7 +281,11 @@ class ShardList(Sequence[Shard]):
         if not has.size:
             return set(), None
         found = pc.unique(col.flatten().flatten()).to_pylist()
-        return set(found), str(self._urls[int(has[0])].as_py())
+        return set(found), self.url(int(has[0]))
+
+    def url(self, k: int) -> str:
+        """Shard k's full URL (no `Shard` made)."""
+        return full_url(self._base, str(self._urls[k].as_py()))
 
     def __eq__(self, other: object) -> bool:
         if not isinstance(other, Sequence):
