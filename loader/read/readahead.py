@@ -8,7 +8,7 @@ instead of inside it: a thread takes the GIL twice a group (to start the read an
 back the table), not per record.
 
 The consumer never only waits: a read not started yet is read by the consumer itself,
-and while the thread reads the group waited for, the consumer reads the last one not
+and while the thread reads the group waited for, the consumer reads the next one not
 started (`until`). Measured on 2 cores (docs/benchmarks.md, "The reading thread"): about
 the records/s of pyarrow's dataset scanner, which this replaced, at less CPU in batch mode
 and mixtures, slower only at rank 0 of 4 in a process that had imported the scanner; the
@@ -84,7 +84,7 @@ class ReadAhead:
     def until(self, entry: Group) -> None:
         """Decode groups in reading order until `entry`'s reading is over. The consumer
         never only waits: a read the thread has not started is read here, and while the
-        thread reads the group waited for, the last read not started is read here
+        thread reads the group waited for, the next read not started is read here
         meanwhile (both cores read the first batch's groups)."""
         while not entry.future.done():
             if not self.reads and not self._submit():
@@ -105,8 +105,11 @@ class ReadAhead:
             self._finish(first, got, table)
 
     def _steal(self) -> bool:
-        """Read the last group whose read has not started here, now. False: none."""
-        for k in range(len(self.reads) - 1, 0, -1):
+        """Read the first group whose read has not started here, now. False: none. (The
+        first, not the last: with 16 reads ahead the last is needed a block later, and the
+        first batch waited for the group the thread was left with; first batch 26 -> 21
+        ms, one process alternating.)"""
+        for k in range(1, len(self.reads)):
             entry, got, read = self.reads[k]
             if read is not None and read.cancel():
                 here: Future[pa.Table] = Future()
