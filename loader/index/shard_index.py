@@ -35,7 +35,7 @@ from .hf import check_hf_rows, hf_files
 from .listing import Listing
 from .saved import ARROW_MAGIC, portable, read_table, write_table
 from .table import ShardList, layout_columns, numbers, one_array, plain, shard_table
-from .urls import base_of, table_urls
+from .urls import base_of, is_relative, table_urls
 
 __all__ = ["FORMAT_VERSION", "Shard", "ShardIndex"]
 
@@ -300,7 +300,7 @@ class ShardIndex:
         if url.lower().endswith(".json"):
             doc = self.to_json()
             for shard in doc["shards"]:
-                if "://" not in shard["url"] and not os.path.isabs(shard["url"]):
+                if is_relative(shard["url"]):  # (as `portable` finds them)
                     shard["url"] = os.path.abspath(shard["url"])
             with fs.open(path, "w") as f:
                 json.dump(doc, f)
