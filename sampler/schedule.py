@@ -126,13 +126,16 @@ def _merge(
     t = (2 * j + 1) / den
     order = np.lexsort((np.asarray(ranks, dtype=np.int64)[stream], t))
     stream, j, den, t = stream[order], j[order], den[order], t[order]
-    # (n-1,) neighbours with equal floats but different exact times (different fractions in
-    # lowest terms): only then does the exact order need more than the float one
-    g = np.gcd(2 * j + 1, den)
-    num, red = (2 * j + 1) // g, den // g
-    clash = (t[1:] == t[:-1]) & ((num[1:] != num[:-1]) | (red[1:] != red[:-1]))
+    # neighbours with equal floats but different exact times (different fractions in lowest
+    # terms): only then does the exact order need more than the float one. Only equal
+    # floats are reduced (np.gcd over every position was 2/3 of this function's time)
+    same = np.flatnonzero(t[1:] == t[:-1])
+    num, den = 2 * j[same] + 1, den[same]
+    nxt, den_nxt = 2 * j[same + 1] + 1, 2 * np.asarray(counts, dtype=np.int64)[stream[same + 1]]
+    g, h = np.gcd(num, den), np.gcd(nxt, den_nxt)
+    clash = same[(num // g != nxt // h) | (den // g != den_nxt // h)]
     done = 0
-    for i in np.flatnonzero(clash).tolist():
+    for i in clash.tolist():
         if i >= done:
             done = _exact_run(stream, j, t, i, counts, ranks)
     return stream
