@@ -239,3 +239,40 @@ def test_local_reads_decode_into_the_read_pool(tmp_path: Path) -> None:
     table = pf.read_row_groups([1], columns=["id", "vec"], use_threads=False)
     assert pool.bytes_allocated() - before >= table.nbytes // 2
     assert table.equals(pq.ParquetFile(str(path)).read_row_groups([1], columns=["id", "vec"]))
+
+
+def test_a_local_reading_charges_only_the_groups_its_thread_reads_ahead(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # 24 shards of 8 groups under a budget that holds them all: a reading starts (charges)
+    # only what its thread reads ahead and a few queued, so a mixture's streams sharing one
+    # budget each find room for the groups their consumer needs next
+    from loader.read import readahead
+    from loader.read.budget import MemoryBudget
+
+    for s in range(24):
+        path = tmp_path / f"part-{s:05d}.parquet"
+        pq.write_table(_table(s * 800, 800), path, row_group_size=100)
+    charged: list[bool] = []
+    real = MemoryBudget.charge
+
+    def spy(self: MemoryBudget, n: int, force: bool = False) -> bool:
+        charged.append(force)
+        return real(self, n, force)
+
+    monkeypatch.setattr(MemoryBudget, "charge", spy)
+    monkeypatch.setattr("loader.formats.parquet_meta.GROUP_BYTES", 1)  # a row group a group
+    ds = StreamingDataset(str(tmp_path), shuffle=True, seed=4, batch_size=64, memory_budget=1 << 30)
+    it = iter(ds)
+    first = next(it)
+    window = 8  # pieces a block interleaves: one group of each is held
+    assert len(charged) <= readahead.READAHEAD + readahead.QUEUED + 2 * window < 24 * 8
+    rest = [first, *it]
+    want = _expected(sorted(tmp_path.glob("*.parquet")))
+    got = [
+        {k: (v[i].tolist() if hasattr(v, "tolist") else v[i]) for k, v in b.items()}
+        for b in rest
+        for i in range(len(b["id"]))
+    ]
+    assert sorted(r["id"] for r in got) == sorted(want) and all(r == want[r["id"]] for r in got)
+    assert len(charged) == 24 * 8  # every group, once

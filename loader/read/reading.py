@@ -199,6 +199,8 @@ class Reading:
                         raise RuntimeError(f"read group {need} is not in the reading schedule")
                     return
             key, shard, start, stop, charge, raw = self.upcoming
+            if need is None and self.local is not None and len(started) >= self.local.room():
+                return  # (see ReadAhead.room)
             if not self.budget.charge(charge, force=need is not None):
                 return
             self.submitted += 1
