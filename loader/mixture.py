@@ -42,6 +42,7 @@ from .index.table import ShardGroups
 from .options import Transform
 from .read.mixture_rows import STREAM, mixed_parts
 from .read.plan_reader import SLAB, MemoryBudget, PlanReader, decoding_pool, is_local
+from .read.readahead import reading_pool
 from .state import Layout, rank_state
 from .storage.retry import RetryPolicy
 from .streams import Stream, check_formats, check_kinds, is_mixture, stream_name
@@ -291,20 +292,7 @@ class MixtureDataset(DatasetBase):
         if num_replicas == mine.num_replicas and rank == mine.rank and not self._resized(epoch):
             mine.set_epoch(epoch)
             return mine
-        other = MixtureSampler(
-            mine.sizes,
-            mine.weights,
-            mine.epoch_size,
-            num_replicas,
-            rank,
-            mine.shuffle,
-            mine.seed,
-            mine.drop_last,
-            mine.window,
-            mine.names,
-            mine.groups,
-            mine.local_world_size,
-        )
+        other = mine.for_rank(num_replicas, rank)
         other.load_state_dict({"epoch": epoch, "position": 0, "streams": self._streams_state()})
         return other
 
@@ -334,6 +322,7 @@ class MixtureDataset(DatasetBase):
         # and one decoding pool: the streams' groups are decoded on the cores one stream
         # would use (a pool each ran 3 decoding threads on 2 cores; measured slower)
         decoders = decoding_pool(all(is_local(i, o) for i, o in zip(self.indexes, self.options)))
+        pools = (decoders, reading_pool())  # and one reading thread (readahead.reading_pool)
         readers = [
             PlanReader(
                 idx,
@@ -348,6 +337,7 @@ class MixtureDataset(DatasetBase):
                 memory_budget=budget,
                 stats=stats,
                 decoders=decoders,
+                readers=pools[1],
                 cache=self.nodes[k].cache(None, None, worker, workers),
             )
             for k, (idx, opts) in enumerate(zip(self.indexes, self.options))
@@ -355,7 +345,7 @@ class MixtureDataset(DatasetBase):
         cut = cut_segments(segments, start, total)
         if self.packings:
             return self._hand_out(
-                self._packed(cut, root, epoch, readers, decoders), stats, info is not None, worker
+                self._packed(cut, root, epoch, readers, pools), stats, info is not None, worker
             )
         chunks = mixed_parts(
             cut,
@@ -364,7 +354,7 @@ class MixtureDataset(DatasetBase):
             readers,
             self.names,
             (step, self.batch_size is not None, self.pad),
-            decoders,
+            pools,
         )
         deliveries: Iterator[Any] = (
             chunks  # lists of records
@@ -379,7 +369,7 @@ class MixtureDataset(DatasetBase):
         root: Layout,
         epoch: int,
         readers: list[PlanReader],
-        decoders: ThreadPoolExecutor,
+        pools: Sequence[ThreadPoolExecutor],
     ) -> Iterator[Any]:
         """With pack: the segments' blocks mixed by the schedule, as items (lists)."""
         try:
@@ -394,7 +384,8 @@ class MixtureDataset(DatasetBase):
             )
             yield from items(blocks, self.packings[0].pack.column, self.batch_size)
         finally:
-            decoders.shutdown(wait=True)
+            for pool in pools:
+                pool.shutdown(wait=True)
 
 
 MixtureDataset.__signature__ = init_signature(MixtureDataset)

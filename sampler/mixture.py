@@ -135,6 +135,24 @@ class MixtureSampler(Sampler[tuple[int, int]]):
 
     # --- the epoch --------------------------------------------------------------------
 
+    def for_rank(self, num_replicas: int, rank: int) -> MixtureSampler:
+        """The same mixture (streams, weights, epoch size, seed, ...) planned for `rank` of
+        `num_replicas` ranks, at epoch 0: load a state into it to anchor its epochs."""
+        return MixtureSampler(
+            self.sizes,
+            self.weights,
+            self.epoch_size,
+            num_replicas,
+            rank,
+            self.shuffle,
+            self.seed,
+            self.drop_last,
+            self.window,
+            self.names,
+            self.groups,
+            self.local_world_size,
+        )
+
     def set_epoch(self, epoch: int) -> None:
         """Select the epoch. A different epoch drops a pending resume position; an epoch
         before the one a state was loaded for cannot be planned (its start is unknown)."""

@@ -390,3 +390,34 @@ def test_a_list_of_streams_makes_a_mixture_in_a_fresh_interpreter(tmp_path: Path
     assert proc.returncode == 0, proc.stderr
     name, ids = proc.stdout.split(" ", 1)
     assert name == "MixtureDataset" and ids.strip() == str(list(range(20)))
+
+
+def test_local_streams_share_one_reading_thread(
+    root: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Local Parquet streams' groups are read ahead by one thread for them all
+    (readahead.reading_pool), not one a stream contending for the core the consumer
+    leaves; each record is still its file's row, every column."""
+    import threading
+
+    from loader.formats.parquet import ParquetFormat
+    from loader.read import readahead
+
+    readers: set[int] = set()
+    real = ParquetFormat.read_local
+
+    def spy(self: ParquetFormat, fs: Any, got: Any) -> pa.Table:
+        if threading.current_thread().name.startswith("shardstream-read"):
+            readers.add(threading.get_ident())
+        return real(self, fs, got)
+
+    monkeypatch.setattr(ParquetFormat, "read_local", spy)
+    monkeypatch.setattr("loader.formats.parquet_meta.GROUP_BYTES", 1)  # a row group a group
+    want = {
+        r["id"]: r for p in sorted(root.glob("*/*.parquet")) for r in pq.read_table(p).to_pylist()
+    }
+    got = list(mix(root, epoch_size=120))
+    assert len(got) == 120 and len(readers) == readahead.THREADS
+    for r in got:
+        assert {k: v for k, v in r.items() if k != "__stream__"} == want[r["id"]]
+        assert r["__stream__"] == r["src"]

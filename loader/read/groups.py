@@ -50,6 +50,7 @@ class GroupReader(Protocol):
     read_threads: int
     prefetch: int | None
     decoders: ThreadPoolExecutor | None
+    readers: ThreadPoolExecutor | None
     stats: Stats
 
     @property

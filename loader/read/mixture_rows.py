@@ -164,13 +164,13 @@ def mixed_parts(
     readers: Sequence[Any],
     names: Sequence[str],
     shape: tuple[int, bool, Mapping[str, Any]],
-    decoders: ThreadPoolExecutor,
+    pools: Sequence[ThreadPoolExecutor],
 ) -> Iterator[Any]:
     """A mixture's segments (rank, worker, a, b of the layout `root` the epoch started in)
     read in order, as parts of at most `step` positions ending at multiples of `step` from
     the start (record mode: lists of records): `shape` is (step, batch mode, pad values).
     `planner_for(num_replicas, rank)`: that rank's MixtureSampler of the epoch; `readers`:
-    each stream's PlanReader. The readers' shared `decoders` are shut down when this ends."""
+    each stream's PlanReader. The readers' shared `pools` are shut down when this ends."""
     step, batch, pad = shape
     done = 0
     try:
@@ -195,4 +195,5 @@ def mixed_parts(
                 for s in streams:
                     s.close()
     finally:
-        decoders.shutdown(wait=True)
+        for pool in pools:
+            pool.shutdown(wait=True)

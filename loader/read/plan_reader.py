@@ -106,8 +106,9 @@ class PlanReader:
     `prefetch` more blocks. Counters go to `stats` (see loader.stats). `decoders`: a
     decoding pool shared with other readers (a mixture's streams: their decoding then takes
     the cores a single reader's would, not that many times over; its owner shuts it down);
-    by default each `parts` call starts its own. `cache`: the node cache remote reads go
-    through (loader.cache.node), if any.
+    by default each `parts` call starts its own; `readers`, likewise, the thread reading
+    local Parquet groups ahead (loader.read.readahead.reading_pool). `cache`: the node
+    cache remote reads go through (loader.cache.node), if any.
     """
 
     def __init__(
@@ -124,6 +125,7 @@ class PlanReader:
         stats: Stats | None = None,
         decoders: ThreadPoolExecutor | None = None,
         cache: NodeCache | None = None,
+        readers: ThreadPoolExecutor | None = None,
     ) -> None:
         self.index = index
         self.cache = cache
@@ -135,7 +137,7 @@ class PlanReader:
         self.prefetch = prefetch
         self.budget = budget_of(memory_budget)
         self.stats = stats if stats is not None else Stats()
-        self.decoders = decoders
+        self.decoders, self.readers = decoders, readers
         self._lock = threading.Lock()
         self._measured = [0, 0]  # bytes decoded groups held, and what was estimated for them
 
