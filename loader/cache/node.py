@@ -87,6 +87,7 @@ class NodeCache(Holdings):
             raise ValueError(f"policy must be 'next-use' or 'lru', got {policy!r}")
         self.folder = Path(folder)
         self.folder.mkdir(parents=True, exist_ok=True)
+        self._dir = str(self.folder)
         self.limit, self.future, self.policy = limit, future, policy
         self.block = BLOCK
         self._lock = threading.Lock()
@@ -282,7 +283,7 @@ class NodeCache(Holdings):
     def _get(self, name: str, x: int = 0, y: int | None = None) -> bytes | None:
         """Bytes [x, y) of the block (y None: its end) if the folder holds it intact (see
         `read_block`); a damaged block is logged, deleted and None returned."""
-        path = self.folder / name
+        path = os.path.join(self._dir, name)
         # LRU's recency is the file's mtime, shared by the node
         data, problem = read_block(path, x, y, touch=self.policy == "lru")
         if problem is not None:
