@@ -14,28 +14,22 @@ StaleSidecarError naming both; so does a count the shard does not hold, when it 
 from __future__ import annotations
 
 import json
-import posixpath
 from collections.abc import Sequence
 from typing import Any
 
 from ..errors import StaleSidecarError
 from ..storage.filesystems import FileEntry, redact
 from ..storage.retry import RetryPolicy, read_ranges
+from ..storage.urls import is_relative, normalize_url
 
-__all__ = ["WidsCount", "check_wids", "normalize_url", "read_wids"]
+__all__ = ["WidsCount", "check_wids", "read_wids"]
 
 _PROBE = 4096  # bytes read from a JSON file's start to tell a wids list from other JSON
 _MAX_PROBES = 16  # JSON files beside the shards looked at, at most
 
 
-def normalize_url(url: str) -> str:
-    """A URL with ``.`` and ``..`` segments resolved, for matching shards to a list."""
-    scheme, sep, path = url.rpartition("://")
-    return scheme + sep + posixpath.normpath(path) if path else url
-
-
 def _join(base: str, url: str) -> str:
-    if "://" in url or url.startswith("/") or not base:
+    if not base or not is_relative(url):
         return normalize_url(url)
     return normalize_url(f"{base.rstrip('/')}/{url}")
 

@@ -30,7 +30,7 @@ from ..errors import StaleSidecarError
 from ..formats import format_for, format_of_url, formats_of_urls, known_suffixes
 from ..formats.partitions import is_hidden
 from ..formats.tar_index import find_idx, index_from_sidecars
-from ..formats.wids import check_wids, normalize_url, read_wids
+from ..formats.wids import check_wids, read_wids
 from ..storage.filesystems import (
     FileEntry,
     file_entry,
@@ -40,6 +40,7 @@ from ..storage.filesystems import (
     strip_credentials,
 )
 from ..storage.retry import RetryPolicy, retrying
+from ..storage.urls import normalize_url
 from .assemble import assemble
 from .listing import Hint, Listing
 from .manifest import is_manifest, read_manifest

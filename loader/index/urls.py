@@ -6,8 +6,9 @@ shard) would copy every name and add the folder's length a shard (~35 MB a milli
 bucket and two folders, with its transient copy). So a listing and the index table keep
 the names as the manifest gave them, and the folder once, as their `base`: a name that is
 relative (no scheme, no leading ``/``) is ``base + "/" + name``, any other is a URL of its
-own. The index table holds its base in its schema metadata (`BASE_KEY`); a saved index
-holds full URLs (its file format is unchanged).
+own (loader.storage.urls: the one rule, also a wids list's). The index table holds its
+base in its schema metadata (`BASE_KEY`); a saved index holds full URLs (its file format
+is unchanged).
 """
 
 from __future__ import annotations
@@ -16,6 +17,7 @@ import pyarrow as pa
 import pyarrow.compute as pc
 
 from ..columns.arrow_numpy import string_scalar
+from ..storage.urls import full_url, is_relative
 
 __all__ = [
     "BASE_KEY",
@@ -31,18 +33,9 @@ __all__ = [
 BASE_KEY = b"url_base"
 
 
-def is_relative(url: str) -> bool:
-    """True where `url` has no scheme and no leading ``/``."""
-    return "://" not in url and not url.startswith("/")
-
-
-def full_url(base: str, url: str) -> str:
-    """`url` joined to `base` where it is relative (and a base is given)."""
-    return f"{base}/{url}" if base and is_relative(url) else url
-
-
 def relative(urls: pa.Array) -> pa.Array:
-    """Per URL: True where it has no scheme and no leading ``/``."""
+    """Per URL: True where it has no scheme and no leading ``/`` (`is_relative`, by
+    Arrow's kernels)."""
     return pc.invert(pc.or_(pc.match_substring(urls, "://"), pc.starts_with(urls, "/")))
 
 
