@@ -353,7 +353,7 @@ class MixtureDataset(DatasetBase):
             root,
             readers,
             self.names,
-            (step, self.batch_size is not None, self.pad),
+            (step, self.batch_size or 0),
             pools,
         )
         deliveries: Iterator[Any] = (

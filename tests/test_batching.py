@@ -110,32 +110,3 @@ def test_regroup_slices_and_joins_chunks() -> None:
     assert torch.equal(batches[2]["x"], torch.arange(8, 12))  # inside one chunk: a view
     assert batches[3]["x"] == [12, 13] and batches[3]["s"] == ["m", "n"]
     assert "".join(c for b in batches for c in b["s"]) == "abcdefghijklmn"
-
-
-def test_placing_parts_by_their_positions_is_placing_them_by_flat_rows() -> None:
-    """`Placement.of_places` (each part's batch positions given, as a mixture's streams'
-    pieces fill theirs) places every column as `of_flat` does from the rows laid end to
-    end: numbers, rows of numbers and strings alike."""
-    import numpy as np
-    import pyarrow as pa
-
-    from loader.columns.placement import Placement
-
-    rng = np.random.default_rng(5)
-    sizes = [7, 0, 12, 3, 9]
-    stream = rng.permutation(np.repeat(np.arange(len(sizes)), sizes))  # a part per position
-    places = [np.flatnonzero(stream == i) for i in range(len(sizes))]
-    flat = np.empty(stream.size, dtype=np.int64)  # position -> its row laid end to end
-    starts = np.concatenate(([0], np.cumsum(sizes)[:-1]))
-    for i, at in enumerate(places):
-        flat[at] = starts[i] + np.arange(len(at))
-    numbers = [np.arange(n) + 100 * i for i, n in enumerate(sizes)]
-    rows = [np.stack([x, -x], axis=1) for x in numbers]
-    texts = [pa.array([f"p{i}r{r}" for r in range(n)], pa.string()) for i, n in enumerate(sizes)]
-    by_places = Placement.of_places(places)
-    by_flat = Placement.of_flat(flat, sizes, ordered=True)
-    for parts in (numbers, rows):
-        assert np.array_equal(by_places.apply(parts), by_flat.apply(parts))
-    assert by_places.apply(texts).equals(by_flat.apply(texts))
-    expected = np.concatenate(numbers)[flat]
-    assert np.array_equal(by_places.apply(numbers), expected)

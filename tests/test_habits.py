@@ -201,13 +201,25 @@ def test_pad_gives_each_rows_length(tmp_path: Path, batch_size: int) -> None:
     assert seen == len(tokens)
 
 
-def test_pad_lengths_in_a_mixture(tmp_path: Path) -> None:
+@pytest.mark.parametrize("batch_size", [8, 300])
+def test_pad_lengths_in_a_mixture(tmp_path: Path, batch_size: int) -> None:
+    # as for one source: each batch padded to its own longest row (a mixture gathers a
+    # slab of batches at once, and cuts and pads each batch alone)
     root, tokens = ragged(tmp_path)
     ds = StreamingDataset(
-        [Stream(root, name="a"), Stream(root, name="b")], batch_size=8, pad={"tokens": 0}
+        [Stream(root, name="a"), Stream(root, name="b")],
+        batch_size=batch_size,
+        pad={"tokens": 0},
     )
+    seen = 0
     for b in ds:
-        assert b["tokens__len"].tolist() == [len(tokens[i]) for i in b["id"].tolist()]
+        lengths = b["tokens__len"]
+        assert lengths.tolist() == [len(tokens[i]) for i in b["id"].tolist()]
+        assert b["tokens"].shape[1] == int(lengths.max())
+        for i, row, n in zip(b["id"].tolist(), b["tokens"], lengths.tolist()):
+            assert row[:n].tolist() == tokens[i] and (row[n:] == 0).all()
+        seen += len(lengths)
+    assert seen == ds.sampler.epoch_size == 200
 
 
 def test_a_column_named_like_the_lengths_is_refused(tmp_path: Path) -> None:

@@ -15,6 +15,7 @@ as much again and touched fresh pages on every pass.
 
 from __future__ import annotations
 
+import copy
 from collections.abc import Callable, Iterator, Mapping, Sequence
 from functools import lru_cache
 from typing import Any
@@ -29,7 +30,7 @@ from .batching import numpy_view
 from .kinds import LENGTHS, Kind, tensor_view
 from .placement import Placement
 
-__all__ = ["Block", "gather", "padded", "record_maker"]
+__all__ = ["Block", "Selection", "gather", "padded", "record_maker"]
 
 
 def _view(chunk: pa.Array, kind: Kind | None, length: int | None) -> np.ndarray | None:
@@ -140,7 +141,8 @@ class Block:
         return int(numeric + arrow + self._object_bytes)
 
     def release(self) -> None:
-        """The block is done: its columns are dropped (taken rows are copies)."""
+        """The block is done: its columns are dropped (taken rows are copies; a Selection
+        holds its own reference to them)."""
         self.arrays, self.columns = {}, {}
 
     def take(self, rows: npt.NDArray[np.int64], pad: bool = True) -> dict[str, Any]:
@@ -222,6 +224,27 @@ def _as_arrow(col: np.ndarray | pa.Array, like: pa.DataType) -> pa.Array:
     if not isinstance(col, np.ndarray):
         return col
     return pa.array(col.tolist() if col.ndim > 1 else col, type=like)
+
+
+class Selection:
+    """Row rows[k] of blocks[which[k]] for each k, not copied yet: a mixture's stream part,
+    gathered with the other streams' parts into its batch by one `gather` (one copy where
+    a gather of each stream's part, then the batch's placement of them, made two). It keeps
+    the blocks' columns when their reading lets the groups go (`Block.release` drops the
+    block's own references, not these)."""
+
+    def __init__(self, blocks: Sequence[Block], which: Any, rows: Any) -> None:
+        self.blocks = [copy.copy(b) for b in blocks]  # (sharing the column dicts)
+        self.which, self.rows = which, rows
+
+    def __len__(self) -> int:
+        return len(self.rows)
+
+    def slice(self, at: int, n: int) -> Selection:
+        """Rows [at, at + n) of the selection."""
+        out = copy.copy(self)
+        out.which, out.rows = self.which[at : at + n], self.rows[at : at + n]
+        return out
 
 
 class ConversionError(ValueError):

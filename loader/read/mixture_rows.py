@@ -4,7 +4,7 @@ schedule's order into records or one batch (loader.mixture reads the plan with t
 from __future__ import annotations
 
 import contextlib
-from collections.abc import Callable, Iterator, Mapping, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from typing import Any
 
@@ -13,9 +13,10 @@ import numpy as np
 from sampler.mixture_read import segment_parts
 from sampler.resume import Segment
 
-from ..columns.placement import Placement
+from ..columns.gather import Selection
 from ..errors import ShardError, redact
 from ..formats import Format
+from ..formats.parquet import ParquetFormat
 
 __all__ = ["STREAM", "StreamRows", "merge", "mixed_parts", "start_all"]
 
@@ -92,9 +93,12 @@ class StreamRows:
 
 
 def _slice(part: Any, at: int, n: int) -> Any:
-    """Rows [at, at + n) of a taken part (columns of numpy or Arrow arrays, or a list)."""
+    """Rows [at, at + n) of a taken part (columns of numpy or Arrow arrays, a list, or a
+    Selection)."""
     if isinstance(part, list):
         return part[at : at + n]
+    if isinstance(part, Selection):
+        return part.slice(at, n)
     return {
         c: v[at : at + n] if isinstance(v, np.ndarray) else v.slice(at, n) for c, v in part.items()
     }
@@ -114,47 +118,48 @@ def start_all(streams: list[StreamRows], concurrent: bool) -> None:
             f.result()
 
 
-def merge(ids: np.ndarray, streams: list[StreamRows], batch: bool, pads: Mapping[str, Any]) -> Any:
-    """Rows of the streams at the positions `ids` names (stream index per position): a
-    list of records, or (batch mode) one batch made by the first stream's format from the
-    streams' taken rows laid out in the schedule's order, with "__stream__" (indices).
-    `pads`: pad values of plain list columns, whose widths may differ between streams.
-
-    A batch's columns are placed by one `Placement` (loader.columns.placement), the same for
-    every column of every kind ("__stream__" included): a row of the batch is one record."""
+def merge(ids: np.ndarray, streams: list[StreamRows], batch: int) -> list[Any]:
+    """Rows of the streams at the positions `ids` names (stream index per position): one
+    list of records, or (batch mode, `batch` rows a batch) batches made by the first
+    stream's format, each with "__stream__" (indices) and its plain list columns padded
+    to its own longest row. Parquet and Arrow streams' rows come as Selections, taken from
+    their blocks at once by one `Placement` (loader.columns.placement), the same for every
+    column of every kind: a row of a batch is one record; tar samples are batched in the
+    schedule's order."""
     at = {s.index: np.flatnonzero(ids == s.index) for s in streams}  # each stream's positions
     pieces = {s.index: s.take(len(at[s.index])) for s in streams}
-    if not batch or isinstance(next(p for ps in pieces.values() for p in ps), list):
-        rows = {k: iter([r for p in ps for r in p]) for k, ps in pieces.items()}
-        merged_rows = [next(rows[k]) for k in ids.tolist()]
-        return merged_rows if not batch else streams[0].fmt.batch(merged_rows)
-    # a stream's positions take its next rows: its pieces, in order, fill them in turn
-    laid, places = [], []
+    fmt = streams[0].fmt
+    cuts = [(a, min(len(ids), a + batch)) for a in range(0, len(ids), batch or max(1, len(ids)))]
+    if batch and isinstance(next(p for ps in pieces.values() for p in ps), Selection):
+        taken = _gathered(len(ids), at, pieces, fmt)
+        return [fmt.batch({**fmt.cut(taken, a, b), STREAM: ids[a:b].copy()}) for a, b in cuts]
+    rows = {k: iter([r for p in ps for r in p]) for k, ps in pieces.items()}
+    merged = [next(rows[k]) for k in ids.tolist()]
+    return [fmt.batch(merged[a:b]) for a, b in cuts] if batch else [merged]
+
+
+def _gathered(
+    n: int, at: dict[int, np.ndarray], pieces: dict[int, list[Any]], fmt: Format
+) -> dict[str, Any]:
+    """The n rows of the streams' Selections at their positions `at`, taken from their
+    blocks at once by one Placement (`fmt.gather`; padding is left to `fmt.cut`)."""
+    blocks: list[Any] = []
+    number: dict[int, int] = {}  # id(block) -> its place in `blocks` (slices share blocks)
+    which = np.empty(n, dtype=np.int64)
+    rows = np.empty(n, dtype=np.int64)
     for k in sorted(pieces):
         lo = 0
         for p in pieces[k]:
-            laid.append(p)
-            places.append(at[k][lo : lo + _rows(p)])
-            lo += len(places[-1])
-    place = Placement.of_places(places)
-    merged = {col: place.apply(_padded([p[col] for p in laid], pads.get(col))) for col in laid[0]}
-    # the stream of position i is ids[i] (its row is that stream's next): no placing needed
-    merged[STREAM] = np.array(ids, dtype=np.int64)
-    return streams[0].fmt.batch(merged)
-
-
-def _rows(part: dict[str, Any]) -> int:
-    return len(next(iter(part.values())))
-
-
-def _padded(parts: list[Any], pad: Any) -> list[Any]:
-    """2-D numpy parts of a padded column, padded to the widest (streams' widths differ)."""
-    if pad is None or not isinstance(parts[0], np.ndarray) or parts[0].ndim != 2:
-        return parts
-    if len({p.shape[1] for p in parts}) == 1:
-        return parts
-    width = max(p.shape[1] for p in parts)
-    return [np.pad(p, ((0, 0), (0, width - p.shape[1])), constant_values=pad) for p in parts]
+            for b in p.blocks:
+                if id(b) not in number:
+                    number[id(b)] = len(blocks)
+                    blocks.append(b)
+            places = at[k][lo : lo + len(p)]
+            which[places] = np.array([number[id(b)] for b in p.blocks], dtype=np.int64)[p.which]
+            rows[places] = p.rows
+            lo += len(p)
+    taken: dict[str, Any] = fmt.gather(blocks, which, rows)
+    return taken
 
 
 def mixed_parts(
@@ -163,25 +168,30 @@ def mixed_parts(
     root: Any,
     readers: Sequence[Any],
     names: Sequence[str],
-    shape: tuple[int, bool, Mapping[str, Any]],
+    shape: tuple[int, int],
     pools: Sequence[ThreadPoolExecutor],
 ) -> Iterator[Any]:
     """A mixture's segments (rank, worker, a, b of the layout `root` the epoch started in)
     read in order, as parts of at most `step` positions ending at multiples of `step` from
-    the start (record mode: lists of records): `shape` is (step, batch mode, pad values).
+    the start, each as batches (batch mode) or one list of records: `shape` is (step,
+    rows a batch; 0: record mode).
     `planner_for(num_replicas, rank)`: that rank's MixtureSampler of the epoch; `readers`:
     each stream's PlanReader. The readers' shared `pools` are shut down when this ends."""
-    step, batch, pad = shape
+    step, batch = shape
     done = 0
     try:
         for left, _, part, ids in segment_parts(segments, planner_for, root):
             streams = [
                 StreamRows(
-                    reader.parts([(p.plan, p.start, p.stop) for p in part.pieces[k]], step),
+                    reader.parts(
+                        [(p.plan, p.start, p.stop) for p in part.pieces[k]],
+                        step,
+                        batch > 0 and isinstance(reader.fmt, ParquetFormat),  # Selections
+                    ),
                     reader.fmt,
                     k,
                     names[k],
-                    batch,
+                    batch > 0,
                 )
                 for k, reader in enumerate(readers)
             ]
@@ -189,7 +199,7 @@ def mixed_parts(
                 start_all(streams, concurrent=not all(r.local for r in readers))
                 while left > 0:
                     n = min(left, step - done % step)
-                    yield merge(ids.take(n), streams, batch, pad)
+                    yield from merge(ids.take(n), streams, batch)
                     done, left = done + n, left - n
             finally:
                 for s in streams:

@@ -85,6 +85,11 @@ def is_local(index: ShardIndex, storage_options: dict[str, Any] | None) -> bool:
     return isinstance(fs, LocalFileSystem)
 
 
+def _selected(taken: Any, lo: int, hi: int) -> Any:
+    """Rows [lo, hi) of a Selection (`PlanReader.parts` with `select`)."""
+    return taken.slice(lo, hi - lo)
+
+
 def _chunks(plan: Plan, a: int, b: int) -> Iterator[Chunk]:
     """Records [a, b) of the plan in reading order: a first chunk of FIRST_CHUNK records,
     then chunks of CHUNK_RECORDS (the chunking never changes the order)."""
@@ -141,14 +146,17 @@ class PlanReader:
         self._lock = threading.Lock()
         self._measured = [0, 0]  # bytes decoded groups held, and what was estimated for them
 
-    def parts(self, runs: Iterable[Run], step: int) -> Iterator[Any]:
+    def parts(self, runs: Iterable[Run], step: int, select: bool = False) -> Iterator[Any]:
         """The runs' records in reading order, in parts of at most `step` records that end
-        at multiples of `step` records from the start (so batches are single parts)."""
+        at multiples of `step` records from the start (so batches are single parts).
+        `select` (Parquet and Arrow shards): the parts are Selections (loader.columns.gather),
+        their rows copied later (a mixture gathers its streams' parts at once)."""
         runs = list(runs)
         if not runs or not self.index.shards:
             return
         fs, _ = filesystem(self.index.shards[0].url, self._options())
         slab = step * max(1, SLAB // step)
+        cut = _selected if select else self.fmt.cut
         reading = Reading(self, fs, runs)
         self.fmt.reserve(reading.budget.limit + reading.budget.limit // 2)
         done = 0
@@ -165,11 +173,11 @@ class PlanReader:
                     while lo < len(chunk):
                         hi = min(len(chunk), lo + slab - done % slab)
                         hi, groups = reading.slab_end(r, chunk, lo, hi, step - done % step, step)
-                        taken = reading.gather(r, chunk, lo, hi, groups)
+                        taken = reading.gather(r, chunk, lo, hi, groups, select)
                         at = 0
                         while at < hi - lo:
                             end = min(hi - lo, at + step - done % step)
-                            yield self.fmt.cut(taken, at, end)
+                            yield cut(taken, at, end)
                             done += end - at
                             at = end
                         lo = hi

@@ -17,6 +17,7 @@ from fsspec.implementations.local import LocalFileSystem
 
 from sampler.plan import Chunk, Plan
 
+from ..columns.gather import Selection
 from .budget import MemoryBudget
 from .decoding import Ahead, decode_threads, decoding_pool
 from .groups import Group, GroupReader, finish
@@ -283,9 +284,11 @@ class Reading:
         lo: int,
         hi: int,
         found: tuple[list[tuple[int, int]], Any, Any, Any],
+        select: bool = False,
     ) -> Any:
         """Records [lo, hi) of the chunk, taken from the groups that hold them (`found`:
-        `_distinct` of them); then the groups the pieces have moved past are let go."""
+        `_distinct` of them), or (`select`) a Selection of them, taken later; then the
+        groups the pieces have moved past are let go."""
         keys, which, _, last = found
         for p, g in keys:  # all needed now: their decoding need not wait for the cushion
             entry = self.groups.get((r, p, g))
@@ -294,7 +297,8 @@ class Reading:
         held = [self.wait((r, p, g)) for p, g in keys]
         firsts = np.array([first for _, first in held], dtype=np.int64)
         rows = chunk.rows[lo:hi]
-        taken = self.fmt.gather([b for b, _ in held], which, rows - firsts[which])
+        blocks = [b for b, _ in held]
+        taken = (Selection if select else self.fmt.gather)(blocks, which, rows - firsts[which])
         # each piece's group at the end of the slab (read last); its earlier ones are done
         now: dict[int, tuple[int, int]] = {}
         for (p, g), end in zip(keys, last.tolist()):
