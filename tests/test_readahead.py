@@ -32,6 +32,13 @@ def _table(first: int, n: int, text: pa.DataType | None = None) -> pa.Table:
     )
 
 
+def _shards(root: Path, count: int, rows: int, row_group_size: int) -> None:
+    """`count` shards of `rows` records (ids follow on), row groups of `row_group_size`."""
+    for s in range(count):
+        path = root / f"part-{s:05d}.parquet"
+        pq.write_table(_table(s * rows, rows), path, row_group_size=row_group_size)
+
+
 def _expected(paths: list[Path]) -> dict[int, dict[str, Any]]:
     """Every record of the files as pyarrow reads them, by id."""
     rows = [r for p in paths for r in pq.read_table(p).to_pylist()]
@@ -120,9 +127,7 @@ def test_stopping_midway_then_reading_again(tmp_path: Path) -> None:
 def test_groups_are_read_on_the_reading_thread_ahead(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    for s in range(4):
-        path = tmp_path / f"part-{s:05d}.parquet"
-        pq.write_table(_table(s * 4000, 4000), path, row_group_size=1000)
+    _shards(tmp_path, 4, 4000, 1000)
     read_on: list[str] = []
     real = ParquetFormat.read_local
 
@@ -250,9 +255,7 @@ def test_a_local_reading_charges_only_the_groups_its_thread_reads_ahead(
     from loader.read import readahead
     from loader.read.budget import MemoryBudget
 
-    for s in range(24):
-        path = tmp_path / f"part-{s:05d}.parquet"
-        pq.write_table(_table(s * 800, 800), path, row_group_size=100)
+    _shards(tmp_path, 24, 800, 100)
     charged: list[bool] = []
     real = MemoryBudget.charge
 
