@@ -1,5 +1,5 @@
 """A mixture's rows: each stream's rows of a segment taken n at a time, and merged in the
-schedule's order into records or one batch (loader.mixture reads the plan with these)."""
+schedule's order into records or batches (loader.mixture reads the plan with these)."""
 
 from __future__ import annotations
 
@@ -33,7 +33,7 @@ def _holds_stream(sample: dict[str, Any], name: str) -> ShardError:
 
 class StreamRows:
     """One stream's rows of a segment, in its reading order, taken n at a time: as the
-    format's taken parts (batch mode: columns of numpy or Arrow arrays, or a list of tar
+    format's parts (batch mode: Selections of Parquet or Arrow rows, or lists of tar
     samples) or as records carrying the stream's name."""
 
     def __init__(
@@ -66,8 +66,7 @@ class StreamRows:
                 if STREAM in sample:
                     raise _holds_stream(sample, self.name)
                 sample[STREAM] = self.index
-        self._head, self._at = part, 0
-        self._rows = len(next(iter(part.values()))) if isinstance(part, dict) else len(part)
+        self._head, self._at, self._rows = part, 0, len(part)
 
     def take(self, n: int) -> list[Any]:
         """The next n rows as pieces (slices of parts), in order."""
@@ -92,16 +91,9 @@ class StreamRows:
             close()
 
 
-def _slice(part: Any, at: int, n: int) -> Any:
-    """Rows [at, at + n) of a taken part (columns of numpy or Arrow arrays, a list, or a
-    Selection)."""
-    if isinstance(part, list):
-        return part[at : at + n]
-    if isinstance(part, Selection):
-        return part.slice(at, n)
-    return {
-        c: v[at : at + n] if isinstance(v, np.ndarray) else v.slice(at, n) for c, v in part.items()
-    }
+def _slice(part: list[Any] | Selection, at: int, n: int) -> Any:
+    """Rows [at, at + n) of a taken part: a list (records, tar samples) or a Selection."""
+    return part[at : at + n] if isinstance(part, list) else part.slice(at, n)
 
 
 def start_all(streams: list[StreamRows], concurrent: bool) -> None:
