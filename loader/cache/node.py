@@ -44,6 +44,8 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
+import pyarrow as pa
+
 from sampler.checks import parse_size
 
 from ..stats import current
@@ -61,6 +63,7 @@ from .files import (
     write_block,
 )
 from .holdings import Future, Holdings
+from .mapped import map_files
 from .remote import RemoteChecks
 
 __all__ = ["BLOCK", "NodeCache", "parse_size"]
@@ -197,6 +200,33 @@ class NodeCache(Holdings):
             out[i].append(parts[k] if k in parts else whole[name][x:y])
         return [p[0] if len(p) == 1 else b"".join(p) for p in out]
 
+    def mapped(self, url: str, indexed: Indexed, end: int) -> pa.Buffer | None:
+        """Bytes [0, end) of the shard as one read-only memory map over its block files
+        (loader.cache.mapped) if the folder holds every block of them, each intact; None
+        otherwise (or with `policy="lru"`, whose recency is each read's touch): read it
+        through `read`. A damaged block is logged and deleted, as `read` does."""
+        size, version = indexed
+        end = min(end, size)
+        if self.policy != "next-use" or end <= 0:
+            return None
+        key, held = shard_key(url, version), self.held()
+        spans = [(lo, min(lo + self.block, size)) for lo in range(0, end, self.block)]
+        names = [f"{key}-{lo}-{hi}.blk" for lo, hi in spans]
+        if any(name not in held for name in names):
+            return None
+        paths = [os.path.join(self._dir, name) for name in names]
+        whole, damaged, problem = map_files(paths, [hi - lo for lo, hi in spans], self.block)
+        if damaged is not None and problem is not None:
+            self._damaged(names[damaged], problem)
+        return None if whole is None else whole.slice(0, end)
+
+    def served(self, shard: int, nbytes: int) -> None:
+        """`nbytes` of shard `shard` were read from a `mapped` buffer: counted as hits, and
+        the plan told the shard is being read (as `read` does)."""
+        if self.future is not None:
+            self.future.reached(shard)
+        current().add("cache_hit_bytes", nbytes)
+
     def holds(
         self,
         urls: Sequence[str],
@@ -287,10 +317,16 @@ class NodeCache(Holdings):
         # LRU's recency is the file's mtime, shared by the node
         data, problem = read_block(path, x, y, touch=self.policy == "lru")
         if problem is not None:
-            log.warning("cache: %s is damaged (%s): fetching the block again", path, problem)
-            self._delete(name)
+            self._damaged(name, problem)
             return None
         return data
+
+    def _damaged(self, name: str, problem: str) -> None:
+        """A block file found damaged: logged and deleted (the block is fetched again)."""
+        log.warning(
+            "cache: %s is damaged (%s): fetching the block again", self.folder / name, problem
+        )
+        self._delete(name)
 
     def _put(self, name: str, data: bytes) -> None:
         """Write the block atomically if the policy keeps it."""

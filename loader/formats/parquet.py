@@ -240,8 +240,7 @@ class ParquetFormat:
         # one thread a read: several groups are decoded at once, and pyarrow's pool on
         # top only adds contention (measured slower)
         fetch = self._fetcher(fs, got.shard) if got.cached else None
-        pf = self._open_files.get(fs, got.shard, got.meta, fetch)
-        return pf.read_row_groups(got.groups, columns=got.cols, use_threads=False)
+        return self._open_files.read(fs, got.shard, got.meta, fetch, got.groups, got.cols)
 
     def read_checked(self, fs: Any, got: Fetched) -> pa.Table:
         """`read_local` on a reading thread, then a local file's version checked there

@@ -15,11 +15,14 @@ from collections import OrderedDict
 from collections.abc import Callable
 from typing import Any
 
+import pyarrow as pa
 import pyarrow.parquet as pq
 
 from ..columns.arrays import read_pool
 from ..shard import Shard
 from ..storage.ranges import FetchFile
+from ..storage.through import current_cache
+from .parquet_meta import column_ranges
 
 __all__ = ["OPEN_FILES", "OpenFiles", "pooled", "read_pool"]
 
@@ -27,8 +30,9 @@ OPEN_FILES = 16  # local shards a reading thread keeps open (a block's pieces an
 
 
 def pooled(pf: pq.ParquetFile, source: Any) -> pq.ParquetFile:
-    """`pf` (of the local file at path `source`, or of a file object other than `source`:
-    closing `pf`'s first reader closes its file) reading `source` into `read_pool()`.
+    """`pf` (of the local file at path `source`, of a buffer `source`, or of a file object
+    other than `source`: closing `pf`'s first reader closes its file) reading `source`
+    into `read_pool()`.
     `ParquetFile` takes no memory pool, so its reader is replaced by one of pyarrow's own
     readers made with the pool (pyarrow._parquet's, the class `ParquetFile` makes, opened
     as `ParquetFile` opens it, the footer given, but not pre-buffered: on local disk
@@ -72,35 +76,60 @@ class OpenFiles:
 
     def get(
         self, fs: Any, shard: Shard, meta: Any, fetch: Callable[[int, int], bytes] | None = None
-    ) -> pq.ParquetFile:
-        """The shard's file (with footer `meta`), open on this thread: the local file, or
-        with `fetch`, a remote shard as a file whose every read is `fetch` (the ranged read
-        of its indexed version; inside `loader.storage.through.reading_shard`, served by
-        the node cache from its checked blocks)."""
+    ) -> tuple[pq.ParquetFile, bool]:
+        """(The shard's file (with footer `meta`), open on this thread; whether it is a map
+        of the node cache's blocks): the local file, or with `fetch` (inside
+        `loader.storage.through.reading_shard`), a remote shard the node cache holds whole
+        as a memory map of its checked blocks (loader.cache.mapped: pyarrow reads it as a
+        local file), else as a file whose every read is `fetch` (the ranged read of its
+        indexed version, served by the node cache from its checked blocks)."""
         key = (shard.url, shard.bytes, shard.version, fetch is not None)
-        files: OrderedDict[tuple[str, int, str | None, bool], pq.ParquetFile] | None = getattr(
-            self._local, "d", None
-        )
-        if files is None:
-            files = self._local.d = OrderedDict()
-        pf = files.get(key)
-        if pf is None:
-            pf = _open(fs, shard, meta, fetch)
-            files[key] = pf
+        files: OrderedDict[tuple[str, int, str | None, bool], tuple[pq.ParquetFile, bool]]
+        files = getattr(self._local, "d", None) or OrderedDict()
+        self._local.d = files
+        got = files.get(key)
+        if got is None:
+            got = files[key] = _open(fs, shard, meta, fetch)
             while len(files) > OPEN_FILES:
-                files.popitem(last=False)[1].close()
+                files.popitem(last=False)[1][0].close()
         files.move_to_end(key)
-        return pf
+        return got
+
+    def read(
+        self,
+        fs: Any,
+        shard: Shard,
+        meta: Any,
+        fetch: Callable[[int, int], bytes] | None,
+        groups: list[int],
+        cols: list[str] | None,
+    ) -> pa.Table:
+        """Row groups `groups` (columns `cols`) of the shard's file (`get`), as pyarrow
+        reads them; read from a map of the node cache's blocks, their bytes are counted
+        and told to the cache there (its reads do it otherwise)."""
+        pf, mapped = self.get(fs, shard, meta, fetch)
+        table = pf.read_row_groups(groups, columns=cols, use_threads=False)
+        at = current_cache() if mapped else None
+        if at is not None:
+            starts, ends = column_ranges(shard.url, meta, groups, cols)
+            at[0].served(at[1], sum(ends) - sum(starts))
+        return table
 
 
 def _open(
     fs: Any, shard: Shard, meta: Any, fetch: Callable[[int, int], bytes] | None
-) -> pq.ParquetFile:
+) -> tuple[pq.ParquetFile, bool]:
     if fetch is None:
         path = fs._strip_protocol(shard.url)
-        return pooled(pq.ParquetFile(path, metadata=meta), path)
+        return pooled(pq.ParquetFile(path, metadata=meta), path), False
+    at = current_cache()
+    if at is not None:  # the bytes before the footer (given: pyarrow does not read it)
+        end = shard.bytes - int(shard.details.get("footer_bytes", 0))
+        whole = at[0].mapped(shard.url, (shard.bytes, shard.version), end)
+        if whole is not None:
+            return pooled(pq.ParquetFile(pa.BufferReader(whole), metadata=meta), whole), True
 
     def source() -> FetchFile:
         return FetchFile(shard.url, shard.bytes, fetch)
 
-    return pooled(pq.ParquetFile(source(), metadata=meta), source())  # a file each: see pooled
+    return pooled(pq.ParquetFile(source(), metadata=meta), source()), False  # a file each

@@ -59,6 +59,16 @@ class ByteCache(Protocol):
         """StaleIndexError if the shard is no longer its indexed version on the remote."""
         ...
 
+    def mapped(self, url: str, indexed: Indexed, end: int) -> Any:
+        """The shard's bytes [0, end) as one pyarrow buffer over the cache's own files (a
+        memory map), or None: read it through `read`."""
+        ...
+
+    def served(self, shard: int, nbytes: int) -> None:
+        """`nbytes` of shard `shard` were read from a `mapped` buffer (what `read` would
+        have counted and told its plan)."""
+        ...
+
 
 _local = threading.local()
 

@@ -1,0 +1,169 @@
+"""A shard the node cache holds whole is read as one memory map over its block files
+(loader.cache.mapped): the map is the shard's bytes, outlives its files, and is made only
+of checked blocks; epochs read through it give every column of every record as an uncached
+read and pyarrow.dataset do, against a real S3 endpoint (moto)."""
+
+from __future__ import annotations
+
+import logging
+import os
+from pathlib import Path
+from typing import Any
+
+import pyarrow as pa
+import pyarrow.dataset as pads
+import pytest
+
+import loader.cache.node
+from loader import ShardIndex, StreamingDataset
+from loader.cache.files import check_open, write_block
+from loader.cache.mapped import map_blocks
+
+from .datagen import write_dataset
+
+BLOCK = 16384  # blocks of 16 KiB: the test shards (~100-400 KB) are several blocks each
+SIZES = [300, 0, 410, 170, 350, 90]
+
+
+@pytest.fixture
+def small_blocks(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr(loader.cache.node, "BLOCK", BLOCK)
+
+
+@pytest.fixture
+def maps(monkeypatch: pytest.MonkeyPatch) -> list[tuple[str, bool]]:
+    """(url, whether a map was made) of each shard a reading thread opened from the cache."""
+    seen: list[tuple[str, bool]] = []
+    real = loader.cache.node.NodeCache.mapped
+
+    def recorded(self: Any, url: str, indexed: Any, end: int) -> Any:
+        got = real(self, url, indexed, end)
+        seen.append((url, got is not None))
+        return got
+
+    monkeypatch.setattr(loader.cache.node.NodeCache, "mapped", recorded)
+    return seen
+
+
+def test_block_files_map_as_the_shard_bytes_and_outlive_their_files(tmp_path: Path) -> None:
+    data = os.urandom(2 * BLOCK + 5000)
+    paths, fds, sizes = [], [], []
+    for lo in range(0, len(data), BLOCK):
+        hi = min(lo + BLOCK, len(data))
+        paths.append(tmp_path / f"{'0' * 32}-{lo}-{hi}.blk")
+        write_block(paths[-1], data[lo:hi])
+        fds.append(os.open(paths[-1], os.O_RDONLY))
+        sizes.append(hi - lo)
+        assert check_open(fds[-1], str(paths[-1]), hi - lo) is None
+    buf = map_blocks(fds, sizes, BLOCK)
+    for fd in fds:
+        os.close(fd)
+    assert buf is not None and buf.size == len(data)
+    assert buf.to_pybytes() == data  # the data parts only: no CRCs, no trailers
+    part = buf.slice(BLOCK - 100, 300)  # across the first two blocks
+    del buf
+    for p in paths:
+        p.unlink()  # evicted: an unlinked file lives while it is mapped
+    assert part.to_pybytes() == data[BLOCK - 100 : BLOCK + 200]
+    assert pa.BufferReader(part).read_at(10, 290) == data[BLOCK + 190 : BLOCK + 200]
+
+
+def test_a_damaged_block_file_is_found_before_it_is_mapped(tmp_path: Path) -> None:
+    data = os.urandom(BLOCK)
+    path = tmp_path / f"{'0' * 32}-0-{BLOCK}.blk"
+    write_block(path, data)
+    with open(path, "r+b") as f:
+        f.seek(BLOCK // 2)
+        f.write(bytes([data[BLOCK // 2] ^ 1]))  # one bit, in place: the same size
+    fd = os.open(path, os.O_RDONLY)
+    try:
+        assert "checksum" in (check_open(fd, str(path), BLOCK) or "")
+    finally:
+        os.close(fd)
+
+
+def upload(s3: Any) -> str:
+    fs = s3.fs()
+    fs.mkdir("mapped")
+    write_dataset(fs, "mapped/p", "parquet", sizes=SIZES, row_group_size=40, payload=600)
+    return ShardIndex.build("s3://mapped/p", storage_options=s3.storage_options)
+
+
+def epoch(s3: Any, url: str, cache: Path | None, n: int, **kw: Any) -> tuple[list[Any], Any]:
+    ds = StreamingDataset(url, storage_options=s3.storage_options, cache_dir=cache, seed=3, **kw)
+    ds.set_epoch(n)
+    return list(ds), ds
+
+
+def rows(s3: Any) -> dict[Any, dict[str, Any]]:
+    """Each record's row as pyarrow.dataset reads it, every column, by id."""
+    table = pads.dataset("mapped/p", format="parquet", filesystem=s3.fs()).to_table()
+    return {r["id"]: r for r in table.to_pylist()}
+
+
+def test_a_cached_epoch_reads_each_shard_through_one_map(
+    s3: Any, tmp_path: Path, small_blocks: None, maps: list[tuple[str, bool]]
+) -> None:
+    url = upload(s3)
+    epoch(s3, url, tmp_path / "n", 0)  # fills the cache
+    maps.clear()
+    got, ds = epoch(s3, url, tmp_path / "n", 1)
+    shards = {f"s3://mapped/p/part-{k:05d}.parquet" for k, n in enumerate(SIZES) if n}
+    assert {u for u, made in maps if made} == shards and all(made for _, made in maps)
+    assert got == epoch(s3, url, None, 1)[0]  # every record, in the same order
+    by_id = rows(s3)
+    assert len(got) == sum(SIZES) and all(r == by_id[r["id"]] for r in got)
+    stats = ds.stats()
+    assert stats["bytes_fetched"] == 0 and stats["cache_hit_bytes"] > 0
+
+
+def test_a_damaged_block_is_fetched_again_not_mapped(
+    s3: Any, tmp_path: Path, small_blocks: None, caplog: pytest.LogCaptureFixture
+) -> None:
+    url = upload(s3)
+    epoch(s3, url, tmp_path / "n", 0)
+    block = max((tmp_path / "n").glob("*.blk"), key=lambda p: p.stat().st_size)
+    with open(block, "r+b") as f:
+        f.seek(100)
+        byte = f.read(1)
+        f.seek(100)
+        f.write(bytes([byte[0] ^ 0xFF]))
+    with caplog.at_level(logging.WARNING, logger="loader.cache.node"):
+        got, ds = epoch(s3, url, tmp_path / "n", 1)
+    assert any("is damaged" in r.getMessage() for r in caplog.records)
+    by_id = rows(s3)
+    assert len(got) == sum(SIZES) and all(r == by_id[r["id"]] for r in got)
+    assert ds.stats()["bytes_fetched"] >= BLOCK // 2  # the damaged block, fetched again
+
+
+def test_blocks_evicted_while_an_epoch_reads_leave_every_record_whole(
+    s3: Any, tmp_path: Path, small_blocks: None, maps: list[tuple[str, bool]]
+) -> None:
+    url = upload(s3)
+    epoch(s3, url, tmp_path / "n", 0)
+    ds = StreamingDataset(url, storage_options=s3.storage_options, cache_dir=tmp_path / "n", seed=3)
+    ds.set_epoch(1)
+    it = iter(ds)
+    got = [next(it)]
+    for p in (tmp_path / "n").glob("*.blk"):
+        p.unlink()  # every block, as another process's eviction could
+    got += list(it)
+    assert any(made for _, made in maps)  # some shards were read from their maps
+    by_id = rows(s3)
+    assert len(got) == sum(SIZES) and all(r == by_id[r["id"]] for r in got)
+
+
+def test_a_shard_the_cache_holds_in_part_is_read_through_its_block_files(
+    s3: Any, tmp_path: Path, small_blocks: None, maps: list[tuple[str, bool]]
+) -> None:
+    """Epochs of `id` only never fetch the blocks holding nothing but payload: no map of
+    those shards (a hole would be bytes never fetched), their reads go through the block
+    files."""
+    url = upload(s3)
+    epoch(s3, url, tmp_path / "n", 0, columns=["id"])
+    maps.clear()
+    got, ds = epoch(s3, url, tmp_path / "n", 1, columns=["id"])
+    assert maps and not all(made for _, made in maps)
+    assert got == epoch(s3, url, None, 1, columns=["id"])[0]
+    assert sorted(r["id"] for r in got) == sorted(rows(s3))
+    assert ds.stats()["bytes_fetched"] == 0
