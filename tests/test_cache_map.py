@@ -5,19 +5,25 @@ read and pyarrow.dataset do, against a real S3 endpoint (moto)."""
 
 from __future__ import annotations
 
+import gc
 import logging
 import os
+import threading
 from pathlib import Path
 from typing import Any
 
 import pyarrow as pa
 import pyarrow.dataset as pads
+import pyarrow.parquet as pq
 import pytest
 
 import loader.cache.node
 from loader import ShardIndex, StreamingDataset
 from loader.cache.files import check_open, write_block
 from loader.cache.mapped import map_blocks
+from loader.cache.node import NodeCache
+from loader.formats.parquet_local import OpenFiles
+from loader.storage.through import reading_shard
 
 from .datagen import write_dataset
 
@@ -151,6 +157,77 @@ def test_blocks_evicted_while_an_epoch_reads_leave_every_record_whole(
     assert any(made for _, made in maps)  # some shards were read from their maps
     by_id = rows(s3)
     assert len(got) == sum(SIZES) and all(r == by_id[r["id"]] for r in got)
+
+
+def mapped_blocks(folder: Path) -> set[str]:
+    """The cache's block files this process has mapped now (Linux: /proc/self/maps)."""
+    text = Path("/proc/self/maps").read_text()
+    return {line.split()[-1] for line in text.splitlines() if str(folder) in line}
+
+
+def test_an_epoch_leaves_no_block_mapped_when_it_ends(
+    s3: Any, tmp_path: Path, small_blocks: None
+) -> None:
+    """A map would keep a block the cache evicts after the epoch on disk: maps last as long
+    as the reading of their shards."""
+    url = upload(s3)
+    epoch(s3, url, tmp_path / "n", 0)
+    ds = StreamingDataset(url, storage_options=s3.storage_options, cache_dir=tmp_path / "n", seed=3)
+    ds.set_epoch(1)
+    it = iter(ds)
+    got = [next(it)]
+    assert mapped_blocks(tmp_path / "n")  # read through maps of the block files
+    got += list(it)
+    del it
+    gc.collect()
+    assert mapped_blocks(tmp_path / "n") == set()
+    assert len(got) == sum(SIZES)
+
+
+def test_every_thread_lets_go_of_its_maps_when_a_reading_ends(tmp_path: Path) -> None:
+    """The consumer reads groups too (those the reading thread has not started), and it
+    lives on after the reading: what it mapped goes when the reading ends, as the reading
+    thread's does."""
+    path = tmp_path / "shard.parquet"
+    pq.write_table(pa.table({"id": range(5000), "x": [b"y" * 50] * 5000}), path, row_group_size=500)
+    shard = ShardIndex.build(str(path)).shards[0]
+    meta, size = pq.read_metadata(path), path.stat().st_size
+    indexed = [(size, shard.version)]
+    cache = NodeCache(tmp_path / "cache")
+    cache.block = BLOCK  # (an instance's block size: the module's is read at construction)
+    whole = path.read_bytes()
+    cache.read(None, [shard.url], [0], [size], indexed, lambda u, a, b, i: [whole[a[0] : b[0]]])
+    files = OpenFiles()
+
+    def fetch(a: int, b: int) -> bytes:
+        raise AssertionError("read through the map, not the cache's files")
+
+    def open_here(out: list[bool]) -> None:
+        with reading_shard(cache, 0):
+            pf, mapped = files.get(None, shard, meta, fetch)
+            assert pf.read_row_groups([3]).column("id").to_pylist() == list(range(1500, 2000))
+        out.append(mapped)
+
+    made: list[bool] = []
+    open_here(made)  # this thread (a consumer's)
+    release, opened = threading.Event(), threading.Event()
+
+    def reader() -> None:
+        open_here(made)
+        opened.set()
+        release.wait(30)
+
+    other = threading.Thread(target=reader)
+    other.start()  # a reading thread, still alive
+    try:
+        assert opened.wait(30) and made == [True, True]
+        assert mapped_blocks(tmp_path / "cache")
+        files.drop_cached()
+        gc.collect()
+        assert mapped_blocks(tmp_path / "cache") == set()
+    finally:
+        release.set()
+        other.join()
 
 
 def test_a_shard_the_cache_holds_in_part_is_read_through_its_block_files(

@@ -242,6 +242,11 @@ class ParquetFormat:
         fetch = self._fetcher(fs, got.shard) if got.cached else None
         return self._open_files.read(fs, got.shard, got.meta, fetch, got.groups, got.cols)
 
+    def cached_reading_ended(self) -> None:
+        """A reading through the node cache ended: its shards' files (maps of the cache's
+        blocks) are let go, so none keeps a block the cache evicts later on disk."""
+        self._open_files.drop_cached()
+
     def read_checked(self, fs: Any, got: Fetched) -> pa.Table:
         """`read_local` on a reading thread, then a local file's version checked there
         (`decode` takes its table as checked): the consumer makes no system call for it (a

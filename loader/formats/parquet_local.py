@@ -11,6 +11,7 @@ made with jemalloc's pool instead.
 from __future__ import annotations
 
 import threading
+import weakref
 from collections import OrderedDict
 from collections.abc import Callable
 from typing import Any
@@ -58,21 +59,38 @@ def pooled(pf: pq.ParquetFile, source: Any) -> pq.ParquetFile:
     return pf
 
 
+class _Files:
+    """One thread's open shards (`open`: key -> (file, whether a map), last used last); a
+    class of its own, as OpenFiles refers to each thread's weakly and a dict cannot be."""
+
+    __slots__ = ("__weakref__", "open")
+
+    def __init__(self) -> None:
+        self.open: OrderedDict[tuple[str, int, str | None, bool], tuple[pq.ParquetFile, bool]]
+        self.open = OrderedDict()
+
+
 class OpenFiles:
     """Shards opened by pyarrow with their cached footers, the last `OPEN_FILES` of each
     thread kept open (a shard's groups are read one after the other: opening the file and
     its reader for each took a fifth of a small group's decoding). A local file replaced
-    meanwhile is still caught: the format checks the version after each read. Pickled (to
+    meanwhile is still caught: the format checks the version after each read. Shards read
+    through the node cache are let go when their reading ends (`drop_cached`). Pickled (to
     DataLoader workers) empty."""
 
     def __init__(self) -> None:
+        self._start()
+
+    def _start(self) -> None:
         self._local = threading.local()
+        self._lock = threading.Lock()  # each thread's files, against `drop_cached`
+        self._threads: weakref.WeakSet[_Files] = weakref.WeakSet()
 
     def __getstate__(self) -> dict[str, Any]:
         return {}
 
     def __setstate__(self, state: dict[str, Any]) -> None:
-        self._local = threading.local()
+        self._start()
 
     def get(
         self, fs: Any, shard: Shard, meta: Any, fetch: Callable[[int, int], bytes] | None = None
@@ -84,16 +102,34 @@ class OpenFiles:
         local file), else as a file whose every read is `fetch` (the ranged read of its
         indexed version, served by the node cache from its checked blocks)."""
         key = (shard.url, shard.bytes, shard.version, fetch is not None)
-        files: OrderedDict[tuple[str, int, str | None, bool], tuple[pq.ParquetFile, bool]]
-        files = getattr(self._local, "d", None) or OrderedDict()
-        self._local.d = files
-        got = files.get(key)
-        if got is None:
-            got = files[key] = _open(fs, shard, meta, fetch)
-            while len(files) > OPEN_FILES:
-                files.popitem(last=False)[1][0].close()
-        files.move_to_end(key)
+        mine: _Files | None = getattr(self._local, "d", None)
+        if mine is None:
+            mine = self._local.d = _Files()
+            with self._lock:
+                self._threads.add(mine)
+        files = mine.open
+        with self._lock:
+            got = files.get(key)
+            if got is not None:
+                files.move_to_end(key)
+                return got
+        got = _open(fs, shard, meta, fetch)
+        with self._lock:
+            files[key] = got
+            old = [files.popitem(last=False)[1][0] for _ in range(len(files) - OPEN_FILES)]
+        for pf in old:
+            pf.close()
         return got
+
+    def drop_cached(self) -> None:
+        """Let go of every thread's shards read through the node cache (maps of its blocks,
+        or files over its reads): their reading ended, and a map would keep a block the
+        cache evicts later on disk. Not closed: a read still under way keeps what it reads
+        (a map goes with the last buffer over it); the next reading opens them again."""
+        with self._lock:
+            for mine in list(self._threads):
+                for key in [k for k in mine.open if k[3]]:
+                    del mine.open[key]
 
     def read(
         self,

@@ -153,6 +153,9 @@ class ReadAhead:
                 finish(entry, None)
         self.reads.clear()
         self.queue.clear()
+        if self.cache is not None:
+            fmt: Any = self.reader.fmt  # Parquet's
+            fmt.cached_reading_ended()
 
     def _top_up(self) -> None:
         while self.queue and len(self.reads) < READAHEAD:
