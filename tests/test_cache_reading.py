@@ -127,3 +127,24 @@ def test_every_byte_a_reading_fetches_is_counted_in_a_fresh_process(
         assert got == list(dataset(index, s3.storage_options, None, epoch))
         assert ds.stats()["bytes_fetched"] == served
         assert (served > 0) == (epoch == 0)  # epoch 1: all from the cache
+
+
+def test_footers_the_node_cache_holds_are_read_from_it(
+    s3: Any, tmp_path: Path, small_blocks: int, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A rank whose process holds no footer of the shards it reads now (an index loaded
+    from a file; with `locality="node"` a node's ranks trade shards between epochs) reads
+    them from the node cache, which another rank filled: its epoch takes the cached path,
+    fetching nothing, every record as an uncached read gives it."""
+    url = upload(s3)
+    saved = tmp_path / "index.arrow"
+    ShardIndex.build(url, storage_options=s3.storage_options).save(str(saved))
+    for epoch in range(2):  # a fresh process each: no footer in memory
+        monkeypatch.setattr(loader.formats.parquet, "FOOTERS", FooterCache(1 << 20))
+        if epoch == 0:  # "another rank" of the node fills the cache
+            list(dataset(ShardIndex.load(str(saved)), s3.storage_options, tmp_path / "n", 0))
+    ds = dataset(ShardIndex.load(str(saved)), s3.storage_options, tmp_path / "n", 1)
+    got, threads = read(ds)
+    assert any(n.startswith(READING_THREAD) for n in threads), threads
+    assert ds.stats()["bytes_fetched"] == 0
+    assert got == read(dataset(ShardIndex.load(str(saved)), s3.storage_options, None, 1))[0]

@@ -109,13 +109,15 @@ class ParquetFormat:
             out.append(dict(details))
         return out
 
-    def _metadata(self, fs: Any, shard: Shard) -> Any:
-        key = (shard.url, shard.bytes, shard.version)
+    def metadata(self, fs: Any, shard: Shard, footer: bytes | None = None) -> Any:
+        """The shard's parsed footer: held in memory (FOOTERS), else `footer` (its bytes,
+        of the indexed version) or the bytes read, parsed and then held."""
+        key, size = (shard.url, shard.bytes, shard.version), shard.bytes
         meta = FOOTERS.get(key)
         if meta is None:
-            size, n = shard.bytes, shard.details["footer_bytes"]
-            indexed = [(size, shard.version)]
-            (footer,) = read_ranges(fs, [shard.url], [size - n], [size], self.retry, indexed)
+            n, indexed = shard.details["footer_bytes"], [(size, shard.version)]
+            if footer is None:
+                (footer,) = read_ranges(fs, [shard.url], [size - n], [size], self.retry, indexed)
             meta = parse_footer(footer)
             FOOTERS.put(key, meta, n)
         return meta
@@ -161,7 +163,7 @@ class ParquetFormat:
             got.append(Fetched(shard, start, stop, first_row, groups, names, cols))
         every = sorted({g for x in got for g in x.groups})
         with read_errors(shard.url, every):
-            meta = self._metadata(fs, shard)
+            meta = self.metadata(fs, shard)
             parts = None
             local = isinstance(fs, LocalFileSystem)
             if not local and chunks:
@@ -243,8 +245,7 @@ class ParquetFormat:
         return self._open_files.read(fs, got.shard, got.meta, fetch, got.groups, got.cols)
 
     def cached_reading_ended(self) -> None:
-        """A reading through the node cache ended: its shards' files (maps of the cache's
-        blocks) are let go, so none keeps a block the cache evicts later on disk."""
+        """A reading through the node cache ended: its shards' maps and files let go."""
         self._open_files.drop_cached()
 
     def read_checked(self, fs: Any, got: Fetched) -> pa.Table:

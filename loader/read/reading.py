@@ -18,6 +18,7 @@ from fsspec.implementations.local import LocalFileSystem
 from sampler.plan import Chunk, Plan
 
 from ..columns.gather import Selection
+from ..formats.deferred import is_deferred
 from .budget import MemoryBudget
 from .decoding import Ahead, decode_threads, decoding_pool
 from .groups import Group, GroupReader, finish
@@ -95,37 +96,61 @@ class Reading:
 
     def _cached(self) -> bool:
         """Whether the reader's node cache holds all the stored bytes the runs read (an
-        epoch after the first, as a rule: their footers in memory, nothing read to decide):
-        then they are read from it on a reading thread, and the checks of their shards
-        against the remote start now, all at once."""
+        epoch after the first, as a rule: their footers in memory, or in the cache, nothing
+        fetched to decide): then they are read from it on a reading thread, and the checks
+        of their shards against the remote start now, all at once."""
         cache = self.reader.cache
         if cache is None:
             return False
         fmt: Any = self.fmt  # Parquet's
         shards = self.reader.index.shards
+        pieces = [
+            (sid, lo, hi)
+            for plan, a, b in self.runs
+            if a < b
+            for sid, lo, hi in zip(plan.shards.tolist(), plan.starts.tolist(), plan.stops.tolist())
+        ]
+        columns = self.reader.columns
+        got = [fmt.stored_ranges(self.fs, shards[sid], lo, hi, columns) for sid, lo, hi in pieces]
+        lacking = {sid: shards[sid] for (sid, _, _), g in zip(pieces, got) if g is None}
+        if lacking:  # footers this process does not hold: the cache may
+            if not self._footers_from(cache, lacking):
+                return False
+            got = [fmt.stored_ranges(self.fs, shards[s], lo, hi, columns) for s, lo, hi in pieces]
         urls: list[str] = []
         starts: list[int] = []
         ends: list[int] = []
         indexed: list[tuple[int, str | None]] = []
-        checked: dict[int, None] = {}  # the shards read, in order
-        for plan, a, b in self.runs:
-            if a >= b:
-                continue
-            for sid, lo, hi in zip(plan.shards.tolist(), plan.starts.tolist(), plan.stops.tolist()):
-                shard = shards[sid]
-                got = fmt.stored_ranges(self.fs, shard, lo, hi, self.reader.columns)
-                if got is None:
-                    return False
-                urls += [shard.url] * len(got[0])
-                starts += got[0]
-                ends += got[1]
-                indexed += [(shard.bytes, shard.version)] * len(got[0])
-                checked[sid] = None
+        for (sid, _, _), ranges in zip(pieces, got):
+            if ranges is None:
+                return False
+            shard = shards[sid]
+            urls += [shard.url] * len(ranges[0])
+            starts += ranges[0]
+            ends += ranges[1]
+            indexed += [(shard.bytes, shard.version)] * len(ranges[0])
         if not cache.holds(urls, starts, ends, indexed):
             return False
-        ids = list(checked)
+        ids = list(dict.fromkeys(sid for sid, _, _ in pieces))  # the shards read, in order
         versions = [(shards[i].bytes, shards[i].version) for i in ids]
         cache.check_ahead(self.fs, [shards[i].url for i in ids], versions, len(shards))
+        return True
+
+    def _footers_from(self, cache: Any, lacking: dict[int, Any]) -> bool:
+        """Whether the footers of the `lacking` shards are now in memory, read from the node
+        cache where it holds each of these shards whole (fetched by a rank of the node that
+        read them before: with `locality="node"` a node's ranks trade shards from epoch to
+        epoch, and an index loaded from a file brings no footer). Nothing is fetched, and
+        the remote is not asked (the rows are confirmed before they are handed out)."""
+        fmt: Any = self.fmt  # Parquet's
+        for shard in lacking.values():
+            if is_deferred(shard):
+                return False
+            whole = cache.mapped(shard.url, (shard.bytes, shard.version), shard.bytes)
+            if whole is None:
+                return False
+            footer = whole.slice(shard.bytes - int(shard.details["footer_bytes"]))
+            fmt.metadata(self.fs, shard, footer.to_pybytes())
         return True
 
     def ahead_of(self, chunks: Iterator[Chunk]) -> Iterator[Chunk]:
