@@ -9,6 +9,7 @@ import gc
 import logging
 import os
 import threading
+from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
@@ -142,15 +143,20 @@ def test_a_damaged_block_is_fetched_again_not_mapped(
     assert ds.stats()["bytes_fetched"] >= BLOCK // 2  # the damaged block, fetched again
 
 
+def second_epoch_begun(s3: Any, cache: Path) -> tuple[Iterator[Any], list[Any]]:
+    """Epoch 0 read (the cache filled), then epoch 1 begun: its iterator, its first record."""
+    url = upload(s3)
+    epoch(s3, url, cache, 0)
+    ds = StreamingDataset(url, storage_options=s3.storage_options, cache_dir=cache, seed=3)
+    ds.set_epoch(1)
+    it = iter(ds)
+    return it, [next(it)]
+
+
 def test_blocks_evicted_while_an_epoch_reads_leave_every_record_whole(
     s3: Any, tmp_path: Path, small_blocks: None, maps: list[tuple[str, bool]]
 ) -> None:
-    url = upload(s3)
-    epoch(s3, url, tmp_path / "n", 0)
-    ds = StreamingDataset(url, storage_options=s3.storage_options, cache_dir=tmp_path / "n", seed=3)
-    ds.set_epoch(1)
-    it = iter(ds)
-    got = [next(it)]
+    it, got = second_epoch_begun(s3, tmp_path / "n")
     for p in (tmp_path / "n").glob("*.blk"):
         p.unlink()  # every block, as another process's eviction could
     got += list(it)
@@ -170,12 +176,7 @@ def test_an_epoch_leaves_no_block_mapped_when_it_ends(
 ) -> None:
     """A map would keep a block the cache evicts after the epoch on disk: maps last as long
     as the reading of their shards."""
-    url = upload(s3)
-    epoch(s3, url, tmp_path / "n", 0)
-    ds = StreamingDataset(url, storage_options=s3.storage_options, cache_dir=tmp_path / "n", seed=3)
-    ds.set_epoch(1)
-    it = iter(ds)
-    got = [next(it)]
+    it, got = second_epoch_begun(s3, tmp_path / "n")
     assert mapped_blocks(tmp_path / "n")  # read through maps of the block files
     got += list(it)
     del it
