@@ -125,11 +125,8 @@ class NodeCache(Holdings):
         # [lo, hi) of the file, and the part [x, y) of the block wanted)
         needs: list[tuple[int, str, int, int, int, int]] = []
         for i, (a, b) in enumerate(zip(starts, ends)):
-            size = indexed[i][0]
-            key = shard_key(urls[i], indexed[i][1])
-            for lo in range(a - a % self.block, b, self.block):
-                hi = min(lo + self.block, size)
-                needs.append((i, f"{key}-{lo}-{hi}.blk", lo, hi, max(a, lo) - lo, min(b, hi) - lo))
+            for name, lo, hi in self._blocks(urls[i], indexed[i], a, b):
+                needs.append((i, name, lo, hi, max(a, lo) - lo, min(b, hi) - lo))
         parts: dict[int, bytes] = {}  # need -> its bytes, served from disk
         missing: dict[str, tuple[int, int, int]] = {}  # block name -> (range, lo, hi)
         for k, (i, name, lo, hi, x, y) in enumerate(needs):
@@ -205,19 +202,16 @@ class NodeCache(Holdings):
         (loader.cache.mapped) if the folder holds every block of them, each intact; None
         otherwise (or with `policy="lru"`, whose recency is each read's touch): read it
         through `read`. A damaged block is logged and deleted, as `read` does."""
-        size, version = indexed
-        end = min(end, size)
+        end = min(end, indexed[0])
         if self.policy != "next-use" or end <= 0:
             return None
-        key, held = shard_key(url, version), self.held()
-        spans = [(lo, min(lo + self.block, size)) for lo in range(0, end, self.block)]
-        names = [f"{key}-{lo}-{hi}.blk" for lo, hi in spans]
-        if any(name not in held for name in names):
+        blocks, held = self._blocks(url, indexed, 0, end), self.held()
+        if any(name not in held for name, _, _ in blocks):
             return None
-        paths = [os.path.join(self._dir, name) for name in names]
-        whole, damaged, problem = map_files(paths, [hi - lo for lo, hi in spans], self.block)
+        paths = [os.path.join(self._dir, name) for name, _, _ in blocks]
+        whole, damaged, problem = map_files(paths, [hi - lo for _, lo, hi in blocks], self.block)
         if damaged is not None and problem is not None:
-            self._damaged(names[damaged], problem)
+            self._damaged(blocks[damaged][0], problem)
         return None if whole is None else whole.slice(0, end)
 
     def served(self, shard: int, nbytes: int) -> None:
@@ -239,12 +233,18 @@ class NodeCache(Holdings):
         a reading of them is then served from here. A block evicted meanwhile is still
         fetched when read."""
         held = self.held(rescan=True)
-        for url, a, b, (size, version) in zip(urls, starts, ends, indexed):
-            key = shard_key(url, version)
-            for lo in range(a - a % self.block, b, self.block):
-                if f"{key}-{lo}-{min(lo + self.block, size)}.blk" not in held:
-                    return False
-        return True
+        return all(
+            name in held
+            for url, a, b, ix in zip(urls, starts, ends, indexed)
+            for name, _, _ in self._blocks(url, ix, a, b)
+        )
+
+    def _blocks(self, url: str, indexed: Indexed, a: int, b: int) -> list[tuple[str, int, int]]:
+        """(file name, first byte, end byte) of each block holding bytes [a, b) of the
+        shard (of the indexed (size, version))."""
+        key, size = shard_key(url, indexed[1]), indexed[0]
+        his = [(lo, min(lo + self.block, size)) for lo in range(a - a % self.block, b, self.block)]
+        return [(f"{key}-{lo}-{hi}.blk", lo, hi) for lo, hi in his]
 
     def _fetch(
         self,
