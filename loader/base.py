@@ -11,12 +11,13 @@ from __future__ import annotations
 
 import inspect
 import itertools
+import logging
 from collections.abc import Iterable, Iterator, Mapping, Sequence
 from typing import Any, ClassVar, TypeVar
 
 from torch.utils.data import IterableDataset, get_worker_info
 
-from sampler import MixtureSampler, ShardSampler
+from sampler import MixtureSampler, ShardSampler, Topology
 from sampler.checks import IntLike, as_int
 
 from .cache.locality import NodeOptions
@@ -33,12 +34,15 @@ from .options import (
     column_list,
     transformed,
 )
+from .ranks import Ranks
 from .state import Layout, check_state, rank_state
 from .stats import LoaderStats, Stats
 from .storage.retry import RetryPolicy
 from .tokens.packing import Packing
 
 __all__ = ["RECORD_STEP", "DatasetBase", "init_signature"]
+
+log = logging.getLogger(__name__)
 
 T = TypeVar("T")
 RECORD_STEP = 1024  # record mode hands out records in lists of this many
@@ -55,6 +59,57 @@ class DatasetBase(IterableDataset[Any]):
     # what help() and inspect.signature show: __init__'s parameters (set below each class:
     # StreamingDataset's __new__ only picks the class, and takes whatever __init__ takes)
     __signature__: ClassVar[inspect.Signature]
+
+    def _topology(self, num_replicas: IntLike | None, rank: IntLike | None) -> Topology:
+        """The rank and world size to plan with now; provisional while no process group
+        is initialized and they were not both given (loader.ranks): `_settle` replans
+        when a group comes."""
+        self._ranks = Ranks(num_replicas, rank)
+        self._sized: int | None = None  # len() given under a provisional topology
+        return self._ranks.topology
+
+    def _settle(self, strict: bool = True) -> None:
+        """Take the process group's rank and world size if one was initialized since the
+        dataset was built (`_adopt` replans); `strict`: raise if the rank cannot be known
+        yet (loader.ranks)."""
+        topo = self._ranks.settle(strict)
+        if topo is None:
+            return
+        before = (self.sampler.rank, self.sampler.num_replicas)
+        self._adopt(topo)
+        self._sampler_epoch(self.epoch)
+        log.info(
+            "%s: the process group was initialized after the dataset was built: reading as "
+            "rank %d of %d (planned as rank %d of %d until now)",
+            type(self).__name__,
+            topo.rank,
+            topo.world_size,
+            *before,
+        )
+        if self._sized is None or get_worker_info() is not None:
+            return  # a forked worker settles its own copy: the main process says it
+        if self._sized != len(self):
+            log.warning(
+                "len(dataset) was %d before init_process_group and is %d now that the "
+                "dataset reads as rank %d of %d: anything sized from the earlier value (a "
+                "learning-rate schedule, a progress bar) is off; take len() after "
+                "init_process_group, or build the dataset after it",
+                self._sized,
+                len(self),
+                topo.rank,
+                topo.world_size,
+            )
+            self._sized = None
+
+    def _adopt(self, topo: Topology) -> None:
+        """Replan for `topo` (a process group found after construction)."""
+        raise NotImplementedError
+
+    def __getstate__(self) -> dict[str, Any]:
+        """Pickled for spawned DataLoader workers (or any copy): the group's ranks first,
+        where a group came after construction (a spawned worker does not see it)."""
+        self._settle(strict=False)
+        return self.__dict__.copy()
 
     def _start_epochs(self) -> None:
         """The epoch (shared with DataLoader workers), the items handed out, no state."""
@@ -105,6 +160,7 @@ class DatasetBase(IterableDataset[Any]):
         """Select the epoch; seen by DataLoader workers already running, too. Moving to
         another epoch drops a loaded resume state."""
         epoch = as_int("epoch", epoch, 0)
+        self._settle(strict=False)
         if epoch != self.epoch:
             self._resume = None
             self._cursor.reset()
@@ -168,6 +224,7 @@ class DatasetBase(IterableDataset[Any]):
         In the main process after DataLoader workers read this epoch, this object yielded
         nothing itself, and its count would restart the epoch on resume: RuntimeError
         naming the two ways that count right (StatefulDataLoader, `consumed_state`)."""
+        self._settle()
         info = get_worker_info()
         if info is None:
             if self._state.workers_read:
@@ -196,6 +253,7 @@ class DatasetBase(IterableDataset[Any]):
         `consumed` items of this epoch on this rank (every rank the same count, as in a
         DDP loop), for `load_state_dict` in the next run: JSON-serializable integers, the
         same on every rank, loadable into any number of ranks or workers."""
+        self._settle()
         return {**self._layout_state(self._layout(num_workers)), "position": consumed}
 
     def _layout_state(self, layout: Layout) -> dict[str, Any]:
@@ -237,6 +295,7 @@ class DatasetBase(IterableDataset[Any]):
 
     def _accept(self, state: dict[str, Any]) -> dict[str, Any]:
         """The state to resume from, checked against this job (loader.state)."""
+        self._settle()
         gathered = rank_state(state)
         state = check_state(gathered if gathered is not None else state)
         info = get_worker_info()
@@ -252,11 +311,17 @@ class DatasetBase(IterableDataset[Any]):
 
     def __len__(self) -> int:
         """Records (or batches, with batch_size) this rank yields per epoch; equal on all
-        ranks. In an epoch resumed in another layout, what this rank yields of the rest."""
+        ranks. In an epoch resumed in another layout, what this rank yields of the rest.
+        Built before ``init_process_group``, the dataset counts for the group's rank once
+        the group is initialized (loader.ranks)."""
+        self._settle()
         layout = self._layout(0)
         base = layout.base_of(self._resume, self.epoch)
         n = sum(b - a for *_, a, b in layout.streams(base)[self.sampler.rank][0])
-        return n if self.batch_size is None else -(-n // self.batch_size)
+        n = n if self.batch_size is None else -(-n // self.batch_size)
+        if not self._ranks.final:
+            self._sized = n
+        return n
 
     def _make_format(
         self,
@@ -281,21 +346,29 @@ class DatasetBase(IterableDataset[Any]):
         return format_for("tar", decode=self._decoder, retry=self.retry)
 
     def _hand_out(
-        self, deliveries: Iterator[Any], stats: Stats, in_worker: bool, worker: int
+        self,
+        deliveries: Iterator[Any],
+        stats: Stats,
+        in_worker: bool,
+        worker: int,
+        records: int,
+        item: int,
     ) -> Iterator[Any]:
         """The items of the deliveries, transformed, as the pass's iterator: the consumer
         is timed where it runs in this process (no DataLoader workers); items are handed
-        out by chain's C loop straight from each list's iterator."""
+        out by chain's C loop straight from each list's iterator. `records`: what this
+        worker's part holds (whole, before any skip), in items of `item` records."""
         first = worker == 0  # the main process or worker 0: logs, marks the pass finished
         self._state.begin(in_worker, first, self.sampler.shuffle)
         log = (lambda: self._stats.maybe_log(self.log_every)) if first and self.log_every else None
         handed = self._cursor.hand_out(
-            transformed(deliveries, self.transform),
+            transformed(deliveries, self.transform, batches=self.batch_size is not None),
             stats.row,
             batches=self.batch_size is not None,
             timed=not in_worker,
             tick=log,
             done=lambda: self._state.finish(first),
+            total=-(-records // item),
         )
         return itertools.chain.from_iterable(handed)
 

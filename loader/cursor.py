@@ -10,21 +10,34 @@ the hot path of record mode): each delivery is a list whose own iterator is hand
 from __future__ import annotations
 
 import time
-from collections.abc import Callable, Iterator, Mapping
+from collections.abc import Callable, Iterator, Mapping, Sized
 from operator import length_hint
 from typing import Any
 
 from .stats import FIELDS
 
-__all__ = ["Cursor"]
+__all__ = ["Cursor", "rows_of"]
 
 _WAIT, _WALL, _RECORDS = (
     FIELDS.index(f) for f in ("consumer_wait_s", "consumer_wall_s", "records")
 )
 
 
-def _batch_rows(batch: Mapping[str, Any]) -> int:
-    return len(next(iter(batch.values()))) if batch else 0
+def rows_of(batch: object) -> int | None:
+    """The rows a batch holds, where that can be told: a dict's first value's length, an
+    array's or tensor's first dimension, a list of records' length, or a tuple's (or list
+    of arrays') first element's rows; None for anything else (a scalar, a string)."""
+    if isinstance(batch, Mapping):
+        return rows_of(next(iter(batch.values()))) if batch else None
+    shape = getattr(batch, "shape", None)
+    if shape is not None:
+        return int(shape[0]) if len(shape) else None
+    if isinstance(batch, list | tuple) and batch:
+        first = batch[0]
+        if isinstance(batch, list) and not hasattr(first, "shape"):
+            return len(batch)  # a list of records (or of values)
+        return rows_of(first)
+    return len(batch) if isinstance(batch, Sized) and not isinstance(batch, str | bytes) else None
 
 
 class Cursor:
@@ -54,13 +67,18 @@ class Cursor:
         timed: bool,
         tick: Callable[[], None] | None,
         done: Callable[[], None],
+        total: int,
     ) -> Iterator[Iterator[Any]]:
         """An iterator over each delivery's items, in turn: a list's own iterator (a list of
         records, or of one batch with `batches`), or, for a generator of records, one that
         counts them one by one. `row` (this process's stats row) counts the records and,
-        when `timed`, the consumer's waits; `tick` runs once a delivery (logging), `done`
-        when the deliveries end."""
+        when `timed`, the consumer's waits; `tick` runs once a delivery (logging). `done`
+        runs when the delivery holding the pass's last item (of `total`, counted as
+        `position`) is handed out, not when the consumer asks past it: a loop that takes
+        ``len(loader)`` items and starts again has finished its pass too."""
         ready = time.perf_counter()
+        if self.position >= total:
+            done()
         while True:
             t0 = time.perf_counter()
             items = next(deliveries, None)
@@ -75,17 +93,30 @@ class Cursor:
             if tick is not None:
                 tick()
             if isinstance(items, list):
-                row[_RECORDS] += _batch_rows(items[0]) if batches else len(items)
-                it = iter(items)
-                self._live = (it, len(items))
+                row[_RECORDS] += (rows_of(items[0]) or 0) if batches else len(items)
+                n = len(items)
+                last = n > 0 and self.position + n >= total  # holds the pass's last item
+                it = iter(items[:-1] if last else items)
+                self._live = (it, n - last)
                 yield it
-                self.position += len(items)
+                self.position += n - last
                 self._live = None
+                if last:  # the last item alone, so that the pass ends when it is taken
+                    yield self._final(items[-1], done)
             else:
-                yield self._counted(items, row)
+                yield self._counted(items, row, done, total)
 
-    def _counted(self, records: Iterator[Any], row: Any) -> Iterator[Any]:
+    def _final(self, item: Any, done: Callable[[], None]) -> Iterator[Any]:
+        self.position += 1
+        done()
+        yield item
+
+    def _counted(
+        self, records: Iterator[Any], row: Any, done: Callable[[], None], total: int
+    ) -> Iterator[Any]:
         for record in records:
             self.position += 1
             row[_RECORDS] += 1
+            if self.position == total:
+                done()
             yield record

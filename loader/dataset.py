@@ -23,9 +23,9 @@ from .index.distributed import shared_index
 from .index.shard_index import ShardIndex
 from .index.table import ShardGroups
 from .mixture import MixtureDataset
-from .options import Transform
+from .options import Transform, check_batch_options, check_decode
 from .read.amplification import LIMIT as AMPLIFICATION_LIMIT
-from .read.amplification import amplification, log, warning_text
+from .read.amplification import job_amplification, log, warning_text
 from .read.plan_reader import PlanReader
 from .state import Layout
 from .storage.filesystems import UrlOrPath
@@ -193,14 +193,16 @@ class StreamingDataset(DatasetBase):
             log_every,
             transform,
         )
-        topo = Topology.resolve(num_replicas, rank)
-        self.node = NodeOptions.check(
-            cache_dir, cache_limit, locality, local_world_size, topo.world_size
-        )
+        topo = self._topology(num_replicas, rank)
+        self._node_args = (cache_dir, cache_limit, locality, local_world_size)
+        self.node = NodeOptions.check(*self._node_args, topo.world_size)
         self.storage_options = dict(storage_options or {})
         if pack is not None:
             self.columns = pack_columns(pack, self.columns, fill_nulls, pad, locality)
+        if pack is None:
+            check_batch_options(self.batch_size, fill_nulls, pad)
         self.index = shared_index(source, self.storage_options, self.retry)
+        check_decode(decode, [self.index.format])
         if pack is not None and self.index.format == "tar":
             raise ValueError(
                 "pack= reads a token column of Parquet or Arrow IPC shards; these are tar "
@@ -241,6 +243,12 @@ class StreamingDataset(DatasetBase):
         self.packings = [] if self.packing is None else [self.packing]
         self._start_epochs()
 
+    def _adopt(self, topo: Topology) -> None:
+        self.node = NodeOptions.check(*self._node_args, topo.world_size)
+        if self.packing is not None:
+            self.packing.check_ranks(topo.world_size)
+        self.sampler = self._sampler_for(topo.world_size, topo.rank, self.node.node_size)
+
     def _layout(self, num_workers: int) -> Layout:
         if self.packing is not None:  # items count blocks of the epoch's token line
             return Layout(
@@ -263,6 +271,7 @@ class StreamingDataset(DatasetBase):
         return self._make_format(self.index, self.schema, self.kinds)
 
     def __iter__(self) -> Iterator[Any]:
+        self._settle()
         info = get_worker_info()
         worker, workers = (info.id, info.num_workers) if info is not None else (0, 0)
         layout = self._layout(workers)
@@ -305,27 +314,27 @@ class StreamingDataset(DatasetBase):
             )
             blocks = self.packing.blocks_of(reader, runs_of_blocks)
             packed = items(blocks, self.packing.pack.column, self.batch_size)
-            return self._hand_out(packed, stats, info is not None, worker)
+            return self._hand_out(packed, stats, info is not None, worker, records, layout.item)
         runs = [
             (self._plan(root, rank, worker), a, b)
             for rank, worker, a, b in cut_segments(segments, start, records)
         ]
-        if worker == 0 and runs and self._state.once():
-            self._warn_amplified(runs[0][0], workers)
+        if self.sampler.rank == 0 and worker == 0 and self._state.once():
+            self._warn_amplified(workers)
         taken = reader.parts(runs, self.batch_size or RECORD_STEP)
         if self.batch_size is None:
             deliveries: Iterator[Any] = (fmt.records(part) for part in taken)
         else:
             batches = regroup((fmt.batch(part) for part in taken), self.batch_size, self.pad)
             deliveries = ([b] for b in batches)
-        return self._hand_out(deliveries, stats, info is not None, worker)
+        return self._hand_out(deliveries, stats, info is not None, worker, records, layout.item)
 
-    def _warn_amplified(self, plan: Plan, workers: int) -> None:
-        """One WARNING when a reader fetches much more than its records' bytes
-        (loader.read.amplification)."""
-        measured = amplification(self.index, plan)
-        if measured is not None and measured[0] > AMPLIFICATION_LIMIT:
-            log.warning(warning_text(*measured, ranks=self.sampler.num_replicas, workers=workers))
+    def _warn_amplified(self, workers: int) -> None:
+        """One WARNING a job (from rank 0) when any reader of any rank fetches much more
+        than its records' bytes (loader.read.amplification)."""
+        worst = job_amplification(self.index, self.sampler, workers, self.batch_size or 1)
+        if worst is not None and worst[0] > AMPLIFICATION_LIMIT:
+            log.warning(warning_text(worst, self.sampler.num_replicas, workers))
 
     def _name_of(self, shard: int) -> tuple[str, str | None]:
         """(url, version) of a shard: what its node cache blocks are named by."""
@@ -334,19 +343,24 @@ class StreamingDataset(DatasetBase):
 
     def _plan(self, root: Layout, rank: int, worker: int) -> Plan:
         """Plan `worker` of `rank` in the layout the epoch started with."""
-        sampler = ShardSampler(
-            self.sampler.sizes,
-            root.num_replicas,
-            rank,
-            self.sampler.shuffle,
-            self.sampler.seed,
-            self.sampler.drop_last,
-            self.sampler.window,
-            self.groups,
-            root.local_world_size or None,
-        )
+        sampler = self._sampler_for(root.num_replicas, rank, root.local_world_size or None)
         sampler.set_epoch(self.epoch)
         return sampler.plan(worker, max(1, root.num_workers), align=root.item)
+
+    def _sampler_for(self, num_replicas: int, rank: int, node_size: int | None) -> ShardSampler:
+        """This dataset's sampler (shards, seed, shuffle, ...) for `rank` of `num_replicas`."""
+        mine = self.sampler
+        return ShardSampler(
+            mine.sizes,
+            num_replicas,
+            rank,
+            mine.shuffle,
+            mine.seed,
+            mine.drop_last,
+            mine.window,
+            self.groups,
+            node_size,
+        )
 
 
 StreamingDataset.register(MixtureDataset)  # isinstance(a mixture, StreamingDataset) holds

@@ -21,7 +21,6 @@ from __future__ import annotations
 
 from collections.abc import Iterator, Mapping, Sequence
 from concurrent.futures import ThreadPoolExecutor
-from dataclasses import dataclass
 from typing import Any
 
 from torch.utils.data import get_worker_info
@@ -39,11 +38,11 @@ from .formats.tar import check_tar_columns
 from .formats.tar_decode import DecodeSpec
 from .index.distributed import shared_index
 from .index.table import ShardGroups
-from .options import Transform
+from .options import Transform, check_batch_options, check_decode
 from .read.mixture_rows import STREAM, mixed_parts
 from .read.plan_reader import SLAB, MemoryBudget, PlanReader, decoding_pool, is_local
 from .read.readahead import reading_pool
-from .state import Layout, rank_state
+from .state import Layout, MixLayout, rank_state
 from .storage.retry import RetryPolicy
 from .streams import Stream, check_formats, check_kinds, is_mixture, stream_name
 from .tokens.mixing import Lines, mixed_blocks, pseudo_sizes
@@ -51,18 +50,7 @@ from .tokens.pack import Pack, pack_columns, token_kinds
 from .tokens.packer import items
 from .tokens.packing import Packing
 
-__all__ = ["MixLayout", "MixtureDataset"]
-
-
-@dataclass(frozen=True)
-class MixLayout(Layout):
-    """A job layout over a mixture's epoch: `num_records` is the epoch size E, and every
-    rank reads exactly E // R positions (the rest of a resized epoch is cut as the
-    dataset's drop_last says)."""
-
-    @property
-    def length(self) -> int:
-        return self.num_records // self.num_replicas
+__all__ = ["MixtureDataset"]
 
 
 class MixtureDataset(DatasetBase):
@@ -127,12 +115,10 @@ class MixtureDataset(DatasetBase):
         )
         if pack is not None:
             self.columns = pack_columns(pack, self.columns, fill_nulls, pad, locality)
-        topo = Topology.resolve(num_replicas, rank)
+        topo = self._topology(num_replicas, rank)
         self.streams = list(streams)
-        self.node = NodeOptions.check(
-            cache_dir, cache_limit, locality, local_world_size, topo.world_size
-        )
-        self.nodes = [self.node.for_stream(s.cache_dir, s.cache_limit) for s in self.streams]
+        self._node_args = (cache_dir, cache_limit, locality, local_world_size)
+        self._check_nodes(topo.world_size)
         self.names = [stream_name(s, k) for k, s in enumerate(self.streams)]
         dupes = sorted({n for n in self.names if self.names.count(n) > 1})
         if dupes:
@@ -141,9 +127,12 @@ class MixtureDataset(DatasetBase):
             dict(s.storage_options if s.storage_options is not None else storage_options or {})
             for s in self.streams
         ]
+        if pack is None:
+            check_batch_options(self.batch_size, fill_nulls, pad)
         self.indexes = [
             shared_index(s.source, o, self.retry) for s, o in zip(self.streams, self.options)
         ]
+        check_decode(decode, [i.format for i in self.indexes])
         check_formats(
             self.names, [i.format for i in self.indexes], self.batch_size if pack is None else 1
         )
@@ -205,6 +194,17 @@ class MixtureDataset(DatasetBase):
         self._start_epochs()
 
     # --- epochs and state ---------------------------------------------------------------
+
+    def _check_nodes(self, world_size: int) -> None:
+        """The node options, and each stream's, for a job of `world_size` ranks."""
+        self.node = NodeOptions.check(*self._node_args, world_size)
+        self.nodes = [self.node.for_stream(s.cache_dir, s.cache_limit) for s in self.streams]
+
+    def _adopt(self, topo: Topology) -> None:
+        self._check_nodes(topo.world_size)
+        for packing in self.packings:
+            packing.check_ranks(topo.world_size)
+        self.sampler = self.sampler.for_rank(topo.world_size, topo.rank)
 
     def _cache_nodes(self) -> list[NodeOptions]:
         """Each stream's node options (its own cache folder and limit)."""
@@ -304,6 +304,7 @@ class MixtureDataset(DatasetBase):
         )
 
     def __iter__(self) -> Iterator[Any]:
+        self._settle()
         info = get_worker_info()
         worker, workers = (info.id, info.num_workers) if info is not None else (0, 0)
         layout = self._layout(workers)
@@ -345,7 +346,12 @@ class MixtureDataset(DatasetBase):
         cut = cut_segments(segments, start, total)
         if self.packings:
             return self._hand_out(
-                self._packed(cut, root, epoch, readers, pools), stats, info is not None, worker
+                self._packed(cut, root, epoch, readers, pools),
+                stats,
+                info is not None,
+                worker,
+                total,
+                layout.item,
             )
         chunks = mixed_parts(
             cut,
@@ -361,7 +367,7 @@ class MixtureDataset(DatasetBase):
             if self.batch_size is None
             else ([b] for b in regroup(chunks, self.batch_size, self.pad))
         )
-        return self._hand_out(deliveries, stats, info is not None, worker)
+        return self._hand_out(deliveries, stats, info is not None, worker, total, layout.item)
 
     def _packed(
         self,

@@ -4,14 +4,23 @@ any storage is touched, and `transform=` applied where the items are made."""
 from __future__ import annotations
 
 import warnings
-from collections.abc import Callable, Iterable, Iterator
+from collections.abc import Callable, Iterable, Iterator, Sequence
 from typing import Any
 
 from sampler.checks import as_int
 
+from .cursor import rows_of
 from .read.plan_reader import DEFAULT_MEMORY_BUDGET
 
-__all__ = ["budget_args", "check_positive", "check_transform", "column_list", "transformed"]
+__all__ = [
+    "budget_args",
+    "check_batch_options",
+    "check_decode",
+    "check_positive",
+    "check_transform",
+    "column_list",
+    "transformed",
+]
 
 Transform = Callable[[Any], Any]
 
@@ -40,7 +49,35 @@ def column_list(columns: object) -> list[str] | None:
         raise TypeError(
             f"columns must be names (str), got {bad[0]!r} ({type(bad[0]).__name__}) in {names!r}"
         )
+    twice = sorted({c for c in names if names.count(c) > 1})
+    if twice:
+        raise ValueError(f"columns names {twice} more than once: {names!r}; name each column once")
     return names
+
+
+def check_batch_options(batch_size: int | None, fill_nulls: object, pad: object) -> None:
+    """`fill_nulls` and `pad` shape batches' tensors: without `batch_size` (records, which
+    carry None and lists as they are) they would do nothing, so they are refused."""
+    given = [name for name, value in (("fill_nulls", fill_nulls), ("pad", pad)) if value]
+    if batch_size is None and given:
+        raise ValueError(
+            f"{' and '.join(given)} shape the tensors of batches (batch_size=B); records "
+            "carry nulls as None and lists as they are. Pass batch_size, or leave them out"
+        )
+
+
+def check_decode(decode: object, formats: Sequence[str | None]) -> None:
+    """`decode` decodes tar members (webdataset's decoders): ValueError when it is given
+    and no source is tar (it would do nothing to Parquet or Arrow columns of image bytes)."""
+    if decode is False or decode is None or "tar" in formats:
+        return
+    kinds = sorted({f or "parquet" for f in formats})
+    raise ValueError(
+        f"decode={decode!r} decodes tar shards' members (webdataset's decoders: images by "
+        f"extension, .json, .npy, ...); these shards are {', '.join(kinds)}, whose columns "
+        "come as stored (image bytes as bytes, a datasets Image as a dict of bytes and path). "
+        "Decode in transform= instead, e.g. PIL.Image.open(io.BytesIO(record['image']))"
+    )
 
 
 def budget_args(memory_budget: object, prefetch: object) -> tuple[int, int | None]:
@@ -71,7 +108,7 @@ def check_transform(transform: object) -> Transform | None:
     return transform
 
 
-def _checked(transform: Transform, items: Iterable[Any]) -> Iterator[Any]:
+def _checked(transform: Transform, items: Iterable[Any], batches: bool) -> Iterator[Any]:
     for item in items:
         out = transform(item)
         if out is None:
@@ -79,16 +116,30 @@ def _checked(transform: Transform, items: Iterable[Any]) -> Iterator[Any]:
                 "transform= returned None: it must return the new record (or batch); each "
                 "item yields one (the record counts of every rank stay equal)"
             )
+        if batches:
+            rows, got = rows_of(item), rows_of(out)
+            if got is not None and got != rows:
+                raise ValueError(
+                    f"transform= turned a batch of {rows} rows into one of {got}: a transform "
+                    "keeps each batch's rows (len(dataset), resume positions and the equal "
+                    "batch counts of every rank count rows in, one out for one in). Drop or "
+                    "add rows after the DataLoader, in the training step"
+                )
         yield out
 
 
-def transformed(deliveries: Iterator[Any], transform: Transform | None) -> Iterator[Any]:
+def transformed(
+    deliveries: Iterator[Any], transform: Transform | None, batches: bool = False
+) -> Iterator[Any]:
     """Each delivery (a list of records, a list of one batch, or a generator of records)
     with `transform` applied to each item, keeping its shape (a list stays a list, so the
-    dataset's position stays exact); the deliveries as they are without a transform."""
+    dataset's position stays exact); the deliveries as they are without a transform. With
+    `batches`, a transform that changes a batch's row count is a ValueError."""
     if transform is None:
         return deliveries
     return (
-        list(_checked(transform, items)) if isinstance(items, list) else _checked(transform, items)
+        list(_checked(transform, items, batches))
+        if isinstance(items, list)
+        else _checked(transform, items, batches)
         for items in deliveries
     )

@@ -31,7 +31,7 @@ from typing import Any
 from sampler.epoch import rank_length
 from sampler.resume import Segment, Streams, base_streams, continue_streams, resume_point
 
-__all__ = ["Layout", "check_state", "is_worker_state", "rank_state"]
+__all__ = ["Layout", "MixLayout", "check_state", "is_worker_state", "rank_state"]
 
 _INTS = (
     "epoch",
@@ -233,3 +233,14 @@ class Layout:
         skips, due = resume_point(counts, state["position"])
         role = (due + worker) % len(mine)
         return mine[role], skips[role], role
+
+
+@dataclass(frozen=True)
+class MixLayout(Layout):
+    """A job layout over a mixture's epoch: `num_records` is the epoch size E, and every
+    rank reads exactly E // R positions (the rest of a resized epoch is cut as the
+    dataset's drop_last says)."""
+
+    @property
+    def length(self) -> int:
+        return self.num_records // self.num_replicas

@@ -12,6 +12,7 @@ import os
 import re
 import subprocess
 import sys
+import warnings
 from pathlib import Path
 
 import numpy as np
@@ -131,6 +132,43 @@ def test_the_tar_recipes_run(workdir: Path) -> None:
     got = list(scope["loader"])  # type: ignore[call-overload]
     assert all(tuple(b["image"].shape[1:]) == (3, 32, 32) for b in got)
     assert sum(len(b["label"]) for b in got) == 80  # a worker's last batch may be short
+
+
+LIGHTNING_FIT = """
+class Model(L.LightningModule):
+    def __init__(self):
+        super().__init__()
+        self.head, self.seen = torch.nn.Linear(1, 1), []
+
+    def on_train_epoch_start(self):
+        self.seen.append([])
+
+    def training_step(self, batch, batch_idx):
+        self.seen[-1].extend(batch["id"].tolist())
+        return self.head(batch["label"].float()[:, None]).sum() * 0.0
+
+    def configure_optimizers(self):
+        return torch.optim.SGD(self.parameters(), lr=0.1)
+
+
+model = Model()
+trainer = L.Trainer(accelerator="cpu", devices=1, max_epochs=3, callbacks=[SetEpoch()],
+                    logger=False, enable_checkpointing=False, enable_progress_bar=False,
+                    enable_model_summary=False)
+trainer.fit(model, datamodule=Data())
+"""
+
+
+def test_the_lightning_recipe_gives_each_epoch_its_order(workdir: Path) -> None:
+    # the recipe's DataModule and callback in a real Trainer (one CPU process; the DDP runs
+    # are in tests/test_process_group.py): every record each epoch, a new order each
+    (code,) = blocks("### PyTorch Lightning")
+    with warnings.catch_warnings():
+        warnings.filterwarnings("error", message=".*without set_epoch")
+        scope = run(PRELUDE + code + LIGHTNING_FIT)
+    epochs = scope["model"].seen  # type: ignore[attr-defined]
+    assert len(epochs) == 3 and all(sorted(e) == list(range(1200)) for e in epochs)
+    assert epochs[0] != epochs[1] != epochs[2]
 
 
 def test_the_hf_recipe_runs(workdir: Path) -> None:

@@ -45,11 +45,15 @@ class Packing:
         self.per_shard = shard_tokens(self.sizes, self.places)  # once: lines cost O(shards)
         self.total = int(self.per_shard.sum())
         self.blocks = self.total // pack.length
-        if blocks_per_rank(self.total, pack.length, num_replicas) < 1:
+        self.check_ranks(num_replicas)
+
+    def check_ranks(self, num_replicas: int) -> None:
+        """ValueError when a rank of `num_replicas` would make no block."""
+        if blocks_per_rank(self.total, self.pack.length, num_replicas) < 1:
             raise ValueError(
                 f"the data holds {self.total} tokens (separators included) in "
-                f"{self.places.size} documents: {self.blocks} blocks of {pack.length}, fewer "
-                f"than one for each of {num_replicas} ranks"
+                f"{self.places.size} documents: {self.blocks} blocks of {self.pack.length}, "
+                f"fewer than one for each of {num_replicas} ranks"
             )
 
     def summary(self, num_replicas: int) -> dict[str, int]:
