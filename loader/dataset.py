@@ -57,7 +57,8 @@ class StreamingDataset(DatasetBase):
     (``__key__``, ``__url__``, one bytes entry per extension), decoded when `decode` says,
     as webdataset's ``.decode(*specs)`` does: True for its basic handlers, an image spec
     ("pil", "rgb8", "torchrgb", ...), a handler(key, data), or a list of them (checked
-    here: an unknown spec raises ValueError listing webdataset's). A shard cannot run code:
+    here: an unknown spec raises ValueError listing webdataset's; on Parquet or Arrow
+    shards `decode` is refused: decode their bytes in `transform`). A shard cannot run code:
     pickled members (``.pyd``, ``.pkl``, ``.pickle``) are a ShardError naming the shard,
     sample and field unless `allow_pickle` is True, and ``.pth`` members load with
     ``torch.load(weights_only=True)`` unless it is (``.npy``/``.npz`` never unpickle).
@@ -71,7 +72,8 @@ class StreamingDataset(DatasetBase):
     lengths beside them as ``tokens__len``). A batch is a `loader.Batch` (a dict); a
     DataLoader batching batches (its own batch_size) raises TypeError with the fix.
     `transform` (a function) maps each record, or each batch, where it is made (inside
-    DataLoader workers); it returns one item for one, so `len` and resume hold.
+    DataLoader workers); it returns one item for one, so `len` and resume hold (a batch
+    whose row count it changes is a ValueError).
     `columns` selects Parquet columns (Hive partition keys included) or tar extensions:
     one name (a str) or a list of them (an extension no indexed sample has: ValueError).
     `source` may also name shards with webdataset's braces (``shard-{000..099}.tar``) or
@@ -202,7 +204,7 @@ class StreamingDataset(DatasetBase):
         if pack is None:
             check_batch_options(self.batch_size, fill_nulls, pad)
         self.index = shared_index(source, self.storage_options, self.retry)
-        check_decode(decode, [self.index.format])
+        check_decode(decode, allow_pickle, [self.index.format])
         if pack is not None and self.index.format == "tar":
             raise ValueError(
                 "pack= reads a token column of Parquet or Arrow IPC shards; these are tar "

@@ -132,7 +132,7 @@ class MixtureDataset(DatasetBase):
         self.indexes = [
             shared_index(s.source, o, self.retry) for s, o in zip(self.streams, self.options)
         ]
-        check_decode(decode, [i.format for i in self.indexes])
+        check_decode(decode, allow_pickle, [i.format for i in self.indexes])
         check_formats(
             self.names, [i.format for i in self.indexes], self.batch_size if pack is None else 1
         )

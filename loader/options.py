@@ -66,12 +66,20 @@ def check_batch_options(batch_size: int | None, fill_nulls: object, pad: object)
         )
 
 
-def check_decode(decode: object, formats: Sequence[str | None]) -> None:
-    """`decode` decodes tar members (webdataset's decoders): ValueError when it is given
-    and no source is tar (it would do nothing to Parquet or Arrow columns of image bytes)."""
-    if decode is False or decode is None or "tar" in formats:
+def check_decode(decode: object, allow_pickle: bool, formats: Sequence[str | None]) -> None:
+    """`decode` and `allow_pickle` decode tar members (webdataset's decoders): ValueError
+    when one is given and no source is tar (they would do nothing to Parquet or Arrow
+    columns, of image bytes or any other)."""
+    if "tar" in formats:
         return
     kinds = sorted({f or "parquet" for f in formats})
+    if allow_pickle:
+        raise ValueError(
+            f"allow_pickle=True lets tar shards' pickled members unpickle; these shards are "
+            f"{', '.join(kinds)}, which hold no pickles: leave it out"
+        )
+    if decode is False or decode is None:
+        return
     raise ValueError(
         f"decode={decode!r} decodes tar shards' members (webdataset's decoders: images by "
         f"extension, .json, .npy, ...); these shards are {', '.join(kinds)}, whose columns "
