@@ -19,7 +19,7 @@ from loader.formats.tar_index import write_sidecars
 from loader.index.distributed import build_parallel
 from loader.index.shard_index import INDEX_SUFFIXES
 
-__all__ = ["build_index", "save_sidecars"]
+__all__ = ["build_index", "check_index_path", "save_sidecars"]
 
 
 class _Bars:
@@ -47,16 +47,27 @@ class _Bars:
             self.indexing.close()
 
 
+def check_index_path(path: str) -> None:
+    """ValueError unless `path` names a saved index by its suffix (a source ending in one
+    of INDEX_SUFFIXES is loaded as a saved index, anything else is indexed as data)."""
+    if not path.endswith(INDEX_SUFFIXES):
+        raise ValueError(
+            f"--save-index {path}: name it *.index.arrow (an Arrow IPC file) or *.json (JSON); "
+            "a source is taken as a saved index by these suffixes only"
+        )
+
+
 def build_index(
-    source: str,
+    source: str | list[str],
     options: dict[str, Any] | None,
     workers: int = 1,
     sidecars: bool = True,
     quiet: bool = False,
 ) -> ShardIndex:
-    """A saved index as it is, or the index of `source` built with `workers` processes,
-    with progress bars on stderr unless `quiet`."""
-    if source.endswith(INDEX_SUFFIXES):
+    """A saved index as it is, or the index of `source` (a source, or a list of sources
+    planned as one dataset) built with `workers` processes, with progress bars on stderr
+    unless `quiet`."""
+    if isinstance(source, str) and source.endswith(INDEX_SUFFIXES):
         return ShardIndex.load(source, options)
     bars = _Bars(quiet)
     try:

@@ -46,9 +46,13 @@ def load_streams(args: argparse.Namespace) -> list[ShardIndex | None]:
 
 
 def load_index(args: argparse.Namespace) -> ShardIndex | None:
+    """The index of SOURCE (one source, or a list of them: what a shell glob expands to),
+    saved to --save-index and with sidecars written where asked; None for a simulation."""
     if args.simulate_shards is not None:
         return None
     options = storage_options(args)
+    if args.save_index:
+        _indexing().check_index_path(args.save_index)
     index = _indexing().build_index(
         args.source, options, args.index_workers, not args.no_sidecars, quiet=args.json
     )

@@ -89,3 +89,43 @@ def test_s3_listing_reports_progress_page_by_page(s3: Any, monkeypatch: Any) -> 
     seen: list[int] = []
     found = list_files("s3://lst/d", s3.storage_options, seen.append)
     assert len(found) == 7 and seen == [3, 6, 7]
+
+
+def test_several_sources_are_one_dataset(
+    capsys: pytest.CaptureFixture[str], tmp_path: Path
+) -> None:
+    """`shardstream-plan data/*.parquet --world-size 2`: the shell's list of files is one
+    dataset, planned as the folder is, with options before, between or after them."""
+    write_dataset(LOCAL, str(tmp_path / "d"), "parquet")
+    files = sorted(str(p) for p in (tmp_path / "d").glob("*.parquet"))
+    assert main([str(tmp_path / "d"), "--world-size", "2", "--json"]) == 0
+    folder = json.loads(capsys.readouterr().out)
+    for argv in ([*files, "--world-size", "2"], [files[0], "--world-size", "2", *files[1:]]):
+        assert main([*argv, "--json"]) == 0
+        doc = json.loads(capsys.readouterr().out)
+        assert doc["num_shards"] == len(files) == 6 and doc["per_rank"] == folder["per_rank"]
+
+
+@pytest.mark.parametrize("name", ["i.index.arrow", "i.json"])
+def test_save_index_writes_what_the_suffix_says(
+    capsys: pytest.CaptureFixture[str], tmp_path: Path, name: str
+) -> None:
+    write_dataset(LOCAL, str(tmp_path / "d"), "parquet")
+    saved = tmp_path / name
+    assert main([str(tmp_path / "d"), "--save-index", str(saved), "--json"]) == 0
+    if name.endswith(".arrow"):
+        assert saved.read_bytes()[:6] == b"ARROW1"
+    else:
+        assert json.loads(saved.read_text())["format_version"] == 2
+    assert ShardIndex.load(str(saved)).shard_sizes.tolist() == SIZES
+
+
+def test_save_index_refuses_a_name_no_source_would_load(
+    capsys: pytest.CaptureFixture[str], tmp_path: Path
+) -> None:
+    """An Arrow file named .parquet would be read as a Parquet shard: refused, unwritten."""
+    write_dataset(LOCAL, str(tmp_path / "d"), "parquet")
+    saved = tmp_path / "i.parquet"
+    assert main([str(tmp_path / "d"), "--save-index", str(saved)]) == 2
+    assert "name it *.index.arrow (an Arrow IPC file) or *.json" in capsys.readouterr().err
+    assert not saved.exists()

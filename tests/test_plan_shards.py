@@ -38,22 +38,53 @@ def dataset(tmp_path: Path) -> str:
 def test_json_matches_the_sampler(
     capsys: pytest.CaptureFixture[str], dataset: str, world: int, workers: int, drop_last: bool
 ) -> None:
+    """Per rank and per worker: the records, shards and bytes of the sampler's own plans, the
+    records' share of the stored bytes, the padding (or the records dropped)."""
     args = [dataset, "--world-size", str(world), "--workers", str(workers), "--seed", "5"]
     args += ["--epoch", "2"] + (["--drop-last"] if drop_last else [])
     doc = run_json(capsys, *args)
     index = ShardIndex.build(dataset)
     assert (doc["num_shards"], doc["num_records"], doc["world_size"]) == (6, sum(SIZES), world)
+    whole = [index.bytes_for(k, 0, n) for k, n in enumerate(SIZES)]
+    per_worker = iter(doc["per_worker"])
     for rank, row in enumerate(doc["per_rank"]):
         s = ShardSampler(SIZES, world, rank, seed=5, drop_last=drop_last)
         s.set_epoch(2)
         plans = [s.plan(w, workers) for w in range(workers)]
-        shards = {int(x) for p in plans for x in p.shards}
-        nbytes = sum(
-            index.bytes_for(int(x), int(a), int(b))
+        fetched = [
+            sum(
+                index.bytes_for(int(x), int(a), int(b))
+                for x, a, b in zip(p.shards, p.starts, p.stops)
+            )
             for p in plans
-            for x, a, b in zip(p.shards, p.starts, p.stops)
-        )
-        assert row == {"rank": rank, "records": len(s), "shards": len(shards), "bytes": nbytes}
+        ]
+        shares = [
+            round(
+                sum(whole[x] * (b - a) / SIZES[x] for x, a, b in zip(p.shards, p.starts, p.stops))
+            )
+            for p in plans
+        ]
+        shards = {int(x) for p in plans for x in p.shards}
+        assert row == {
+            "rank": rank,
+            "records": len(s),
+            "shards": len(shards),
+            "bytes": sum(fetched),
+            "share_bytes": sum(shares),
+        }
+        for w, plan in enumerate(plans):
+            assert next(per_worker) == {
+                "rank": rank,
+                "worker": w,
+                "records": len(plan),
+                "bytes": fetched[w],
+                "share_bytes": shares[w],
+                "amplification": fetched[w] / shares[w],
+            }
+    # 125 records over 3 ranks: 42 each, 1 padded; over 4 with drop_last: 31 each, 1 dropped
+    assert (doc["padded_records"], doc["dropped_records"]) == ((0, 1) if drop_last else (1, 0))
+    worst = max(doc["per_worker"], key=lambda w: w["amplification"])
+    assert doc["worst_worker"] == {k: worst[k] for k in ("rank", "worker", "amplification")}
     assert doc["balance"] == 1.0
 
 
@@ -270,3 +301,91 @@ def test_pack_argument_errors(argv: list[str], message: str) -> None:
     cmd = [sys.executable, str(REPO / "scripts" / "plan_shards.py"), *argv]
     proc = subprocess.run(cmd, capture_output=True, text=True)
     assert proc.returncode == 2 and message in proc.stderr and "Traceback" not in proc.stderr
+
+
+# --- sizes with units, simulated bytes, --help, flags that would do nothing -----------------
+
+
+def _simulated_bytes(rank: int, world: int, workers: int, group: int) -> tuple[int, int]:
+    """(bytes fetched, the records' share) of a rank of 8 simulated shards of 1,000 rows,
+    200 MB each, in groups of `group` rows: the groups each piece overlaps, whole."""
+    s = ShardSampler([1000] * 8, world, rank)
+    fetched = share = 0
+    for w in range(workers):
+        plan = s.plan(w, workers)
+        for a, b in zip(plan.starts.tolist(), plan.stops.tolist()):
+            groups = range(a // group, -(-b // group))
+            rows = sum(min(1000, (g + 1) * group) - g * group for g in groups)
+            fetched += rows * 200_000
+            share += (b - a) * 200_000
+    return fetched, share
+
+
+def test_simulated_shards_have_bytes_with_units(capsys: pytest.CaptureFixture[str]) -> None:
+    """--shard-bytes 200MB (as --cache-limit takes units) and --rows-per-group: bytes per
+    rank and amplification from a uniform layout, the same as --shard-bytes 200000000."""
+    argv = ["--simulate-shards", "8", "--world-size", "4", "--workers", "3"]
+    doc = run_json(capsys, *argv, "--shard-bytes", "200MB", "--rows-per-group", "300")
+    assert doc == run_json(capsys, *argv, "--shard-bytes", "200000000", "--rows-per-group", "300")
+    for r in doc["per_rank"]:
+        assert (r["bytes"], r["share_bytes"]) == _simulated_bytes(r["rank"], 4, 3, 300)
+    assert doc["bytes_stored"] == 8 * 200_000_000
+    assert doc["read_amplification"] == sum(r["bytes"] for r in doc["per_rank"]) / 1.6e9 > 1.1
+    assert doc["advice"]["rows_per_group"] == 1 + (2000 // 3) // 20  # 16 MB would be 80,000
+    one_group = run_json(capsys, *argv, "--shard-bytes", "200MB")  # as pandas writes
+    assert one_group["single_group_shards"] == 8
+    assert one_group["read_amplification"] > doc["read_amplification"]
+    assert main([*argv, "--shard-bytes", "200MB"]) == 0
+    out = capsys.readouterr().out
+    assert "fetched/share" in out and "read amplification: the readers fetch" in out
+    assert f"{_simulated_bytes(0, 4, 3, 1000)[0]:,}" in out
+
+
+def test_a_simulation_without_bytes_says_how_to_get_them(
+    capsys: pytest.CaptureFixture[str],
+) -> None:
+    assert main(["--simulate-shards", "8", "--world-size", "4"]) == 0
+    out = capsys.readouterr().out
+    assert "give --shard-bytes" in out and "read amplification" not in out
+
+
+def test_help_says_what_each_flag_does() -> None:
+    cmd = [sys.executable, str(REPO / "scripts" / "plan_shards.py"), "--help"]
+    out = " ".join(subprocess.run(cmd, capture_output=True, text=True, check=True).stdout.split())
+    assert "write the index (JSON) here" not in out  # it writes what the suffix says
+    assert "an Arrow IPC file for PATH ending in .index.arrow, JSON for .json" in out
+    assert "e.g. 200MB" in out and "e.g. 50GB (not given: no bound)" in out
+    assert "--rows-per-group N rows of each simulated row group" in out
+    assert "several (what a shell glob expands to) are planned as one dataset" in out
+    for flag in ("--seed SEED", "--epoch EPOCH", "--drop-last"):
+        assert flag in out and f"{flag} --" not in out  # each has a help text
+
+
+@pytest.mark.parametrize(
+    ("argv", "message"),
+    [
+        (["--simulate-shards", "5", "--shard-bytes", "lots"], "--shard-bytes must be bytes > 0"),
+        (["--simulate-shards", "5", "--save-index", "i.json"], "need one dataset's SOURCE"),
+        (["d", "--rows-per-group", "5"], "--rows-per-group describes --simulate-shards"),
+        (["--simulate-shards", "5", "--rows-per-group", "0"], "--rows-per-group must be >= 1"),
+        (["--simulate-shards", "5", "--rank", "0", "--plot", "p.png"], "--plot draws every"),
+    ],
+)
+def test_flags_that_would_do_nothing_are_refused(
+    capsys: pytest.CaptureFixture[str], argv: list[str], message: str
+) -> None:
+    with pytest.raises(SystemExit):
+        main([*argv, "--world-size", "2"])
+    assert message in capsys.readouterr().err
+
+
+def test_amplification_reads_as_sentences(capsys: pytest.CaptureFixture[str], dataset: str) -> None:
+    """Row groups too large for 32 readers, none of them a whole shard: whole sentences (no
+    "...once: and every rank..."), wrapped at 100 columns, with the worst worker's factor."""
+    assert main([dataset, "--world-size", "8", "--workers", "4"]) == 0
+    out = capsys.readouterr().out
+    text = " ".join(out.split())
+    assert "once: and" not in text and "shards are one row group" not in text
+    assert "read amplification: the readers fetch" in text and "the worst worker (rank" in text
+    assert "too small for 8 ranks x 4 workers" in text
+    assert all(len(line) <= 100 for line in out.splitlines() if "shardstream-write" not in line)
