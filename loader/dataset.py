@@ -43,95 +43,29 @@ Source = UrlOrPath | Sequence[UrlOrPath] | ShardIndex
 
 
 class StreamingDataset(DatasetBase):
-    """Streams the records a ShardSampler assigns to this rank, from local or S3 shards.
+    """Streams this rank's share of a sharded dataset, as a torch IterableDataset.
 
-    `source`: a directory, s3:// prefix, glob, list of URLs, a manifest, a saved index
-    (``*.json``) or a ShardIndex; local paths may be pathlib.Paths (os.PathLike), alone or
-    in a list; a list of `loader.Stream` makes a mixture (loader.mixture). Rank and world
-    size default as the sampler's. Each epoch (`set_epoch`) the rank's records are those of
-    ``ShardSampler(...).plan()``: inside a DataLoader with `num_workers` W, worker w reads
-    the w-th contiguous part of them, opening its own filesystem; none is lost or read
-    twice.
+    `source`: a folder, s3:// (gs://, az://, https://) prefix or URL, a glob, brace names,
+    a list of them, a manifest, a saved index, a ShardIndex or a ``datasets.Dataset``, of
+    Parquet, Arrow IPC or tar shards. A list of `Stream` makes a mixture (a MixtureDataset,
+    which isinstance still calls a StreamingDataset).
 
-    Records: Parquet rows as ``{column: value}``; tar samples as webdataset's dicts
-    (``__key__``, ``__url__``, one bytes entry per extension), decoded when `decode` says,
-    as webdataset's ``.decode(*specs)`` does: True for its basic handlers, an image spec
-    ("pil", "rgb8", "torchrgb", ...), a handler(key, data), or a list of them (checked
-    here: an unknown spec raises ValueError listing webdataset's; on Parquet or Arrow
-    shards `decode` is refused: decode their bytes in `transform`). A shard cannot run code:
-    pickled members (``.pyd``, ``.pkl``, ``.pickle``) are a ShardError naming the shard,
-    sample and field unless `allow_pickle` is True, and ``.pth`` members load with
-    ``torch.load(weights_only=True)`` unless it is (``.npy``/``.npz`` never unpickle).
-    With `batch_size` B it
-    yields batches instead (use ``DataLoader(ds, batch_size=None)``): numeric and fixed-length
-    list columns as tensors, others as lists; only the rank's last batch may be short.
-    A column's kind is decided once, from the schema (loader.columns.kinds): nulls in float
-    columns become NaN, in integer columns an error unless `fill_nulls` gives a value
-    (``{"label": -1}``); plain list columns whose rows differ in length are an error unless
-    `pad` gives a pad value (``{"tokens": 0}``: rows padded to each batch's longest, their
-    lengths beside them as ``tokens__len``). A batch is a `loader.Batch` (a dict); a
-    DataLoader batching batches (its own batch_size) raises TypeError with the fix.
-    `transform` (a function) maps each record, or each batch, where it is made (inside
-    DataLoader workers); it returns one item for one, so `len` and resume hold (a batch
-    whose row count it changes is a ValueError).
-    `columns` selects Parquet columns (Hive partition keys included) or tar extensions:
-    one name (a str) or a list of them (an extension no indexed sample has: ValueError).
-    `source` may also name shards with webdataset's braces (``shard-{000..099}.tar``) or
-    be a ``datasets.Dataset`` (its Arrow files, loader.index.hf).
+    Records or batches: without `batch_size` it yields records (Parquet and Arrow rows as
+    dicts, tar samples as webdataset's dicts); with `batch_size` B, batches of B records
+    (tensors where the column allows; use ``DataLoader(ds, batch_size=None)``); with
+    ``pack=Pack(...)``, fixed-length blocks of token ids.
 
-    Reading: each piece (a shard's row range) is read group by group (Parquet: runs of
-    row groups holding 256 KiB or more stored; tar: runs of members holding 1 MiB), which
-    is also how its order is shuffled (see sampler.plan). `read_threads` threads fetch
-    and decode the groups in the order the reading needs them, ahead of it as far as
-    `memory_budget` allows: bytes of decoded groups held plus groups being read (default
-    64 MiB; inside a DataLoader each of W workers gets 1/W of it). The groups the reading
-    needs at once (one per interleaved piece) are read even when they exceed it. Of what
-    is read ahead, only a few groups are decoded before they are needed (one a piece,
-    one a decoding thread); the rest waits as fetched bytes.
-    `prefetch` (blocks read ahead) is a deprecated alias: it reads ahead that many more
-    sets of the block's groups. Batches and records are gathered fresh from the groups: a
-    kept batch pins at most the slab of ~2,048 records it was cut from, never a group.
-    Transient storage errors (throttling, 5xx, dropped connections, timeouts) are retried
-    as `retry` says (a RetryPolicy: attempts, backoff and a deadline; s3fs and botocore
-    retry once below it unless storage_options say otherwise); then a ShardError names the
-    shard and the last cause.
+    Ranks: each rank reads only the records ``ShardSampler(...).plan()`` gives it, as many
+    on every rank; `num_replicas` and `rank` default to the process group's, or torchrun's.
+    Workers: inside a DataLoader, worker w reads the w-th contiguous part of the rank's
+    records, with its own filesystem; none is lost or read twice.
+    Epochs: call ``set_epoch(e)`` before each one (persistent workers see it too); the
+    shuffles are keyed by `seed` and the epoch.
+    Resume: save `state_dict()` (or ``consumed_state(n, num_workers)``) and give it to
+    `load_state_dict`, also in a job of another number of ranks or workers.
+    Where time goes: `stats()`, and ``timed(loader)`` for the consumer's waits.
 
-    Where time goes: `stats()` sums this process's and its DataLoader workers' counters
-    (records, bytes fetched, requests, retries, seconds fetching, decoding and waiting,
-    and the data-stall fraction of a timed consumer: iterate ``ds.timed(loader)``, or the
-    dataset itself without workers); `log_every` seconds logs them in one line (INFO).
-
-    Resume: `state_dict`, `consumed_state`, `load_state_dict` (see loader.state), also in
-    another number of ranks or workers.
-
-    Pretraining on tokens: ``pack=Pack("input_ids", length=2049, eos=2)`` (loader.tokens)
-    yields fixed-length blocks of the documents of that column (a list of integer token
-    ids a row) laid end to end in the epoch's order instead of records: dicts of int64
-    tensors of `length` (the column, ``position_ids``, ``document_ids``), or batches of
-    them with `batch_size`. Every rank makes ``(T // length) // num_replicas`` blocks an
-    epoch (T: the epoch's tokens, separators included), `len` says so before reading, no
-    token is in two blocks of an epoch, and `stats()["pack"]` counts what no block holds.
-    The documents' token counts come from the index (``ds.index.save`` keeps them), or
-    are read once from the shards' token column. Resume, elastic resume, DataLoader
-    workers and `transform` (on blocks or batches) work as for records; `drop_last` does
-    not apply (counts are equal anyway); `columns`, `pad`, `fill_nulls` and `locality`
-    are refused, and so are tar shards. With a list of Stream, weights count tokens
-    (loader.tokens.mixing).
-
-    Several epochs from remote storage: `cache_dir` (a local folder the ranks of a node
-    share) keeps the remote bytes read, so a later epoch reads them from disk;
-    `cache_limit` (bytes, or "50GB") bounds it, evicting by the plan's next use
-    (loader.cache.node). ``locality="node"`` keeps each node's records the same every epoch
-    (reshuffled inside the node), so the cache holds what the node reads next; nodes are
-    `local_world_size` consecutive ranks (default: torchrun's LOCAL_WORLD_SIZE).
-
-    Integer arguments (seed, ranks, batch_size, window, read_threads, memory_budget) take
-    Python ints or numpy integers, as torch does; bools, floats and other types raise
-    ValueError.
-
-    `set_epoch` reaches workers started earlier (``persistent_workers=True``): the epoch
-    lives in a shared-memory tensor (loader.epoch), which also lets a second full pass
-    over one epoch without `set_epoch` warn once.
+    Every argument (its type, default, and what it refuses): docs/reference.md.
     """
 
     sampler: ShardSampler

@@ -9,6 +9,8 @@ function or a type-only import is still a cycle a reader must follow).
 from __future__ import annotations
 
 import ast
+import inspect
+import re
 import subprocess
 import sys
 from collections import defaultdict
@@ -19,6 +21,9 @@ import pytest
 REPO = Path(__file__).resolve().parent.parent
 PACKAGES = ("loader", "sampler", "scripts")
 MAX_LINES = 400
+MAX_DOCSTRING_LINES = 35  # StreamingDataset's docstring: a summary; the arguments in the reference
+MAX_BENCHMARK_LINES = 320  # docs/benchmarks.md: today's figures; the history is in git
+REFERENCE = REPO / "docs" / "reference.md"
 # loader's rooms, bottom up: each may import only the rooms before it (and loader's leaf
 # modules errors, stats, shard); loader's other top modules sit above all of them
 ROOMS = ["storage", "cache", "columns", "formats", "index", "read", "tokens"]
@@ -223,3 +228,54 @@ def test_import_loader_brings_the_dataset_only_with_torch(statement: str, expect
     )
     assert done.returncode == 0, done.stderr
     assert done.stdout.split("\n")[-2] == expected
+
+
+def class_docstring_lines(path: Path, name: str) -> int:
+    """Lines of class `name`'s docstring in the module at `path` (read with `ast`)."""
+    tree = ast.parse(path.read_text(), str(path))
+    (cls,) = [n for n in ast.walk(tree) if isinstance(n, ast.ClassDef) and n.name == name]
+    return len((ast.get_docstring(cls, clean=False) or "").splitlines())
+
+
+def reference_arguments(text: str) -> set[str]:
+    """The names in backticks in the first cell of each table row of the reference's
+    StreamingDataset section (to the next ``## `` heading)."""
+    start = text.index("## `StreamingDataset")
+    end = text.find("\n## ", start + 1)
+    names: set[str] = set()
+    for line in text[start : None if end < 0 else end].splitlines():
+        if line.startswith("|"):
+            names.update(re.findall(r"`([^`]+)`", line.split("|")[1]))
+    return names
+
+
+def test_the_streaming_dataset_docstring_is_a_summary() -> None:
+    """help(StreamingDataset) reads in a terminal: the arguments are in docs/reference.md."""
+    n = class_docstring_lines(REPO / "loader" / "dataset.py", "StreamingDataset")
+    assert n <= MAX_DOCSTRING_LINES, (
+        f"StreamingDataset's docstring has {n} lines (at most {MAX_DOCSTRING_LINES}): "
+        "move the detail to docs/reference.md"
+    )
+
+
+def test_the_benchmarks_doc_holds_todays_table_only() -> None:
+    n = len((REPO / "docs" / "benchmarks.md").read_text().splitlines())
+    assert n <= MAX_BENCHMARK_LINES, (
+        f"docs/benchmarks.md has {n} lines (at most {MAX_BENCHMARK_LINES}): keep the newest "
+        "run of each row; the dated history stays in git"
+    )
+
+
+def test_every_argument_is_a_row_of_the_reference() -> None:
+    """Every parameter of StreamingDataset (and of MixtureDataset, whose `streams` is the
+    `source` row) has a row of docs/reference.md's argument table."""
+    from loader import MixtureDataset, StreamingDataset
+
+    documented = reference_arguments(REFERENCE.read_text())
+    missing = [
+        p
+        for cls in (StreamingDataset, MixtureDataset)
+        for p in list(inspect.signature(cls.__init__).parameters)[1:]
+        if p not in documented and not (cls is MixtureDataset and p == "streams")
+    ]
+    assert missing == [], f"arguments without a row in docs/reference.md: {missing}"
