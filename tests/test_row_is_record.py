@@ -94,13 +94,13 @@ def make(data: dict[str, Any], case: dict[str, Any]) -> StreamingDataset:
         "rank": case["rank"],
         "columns": case["columns"],
     }
-    if case["fmt"] != "tar":
+    if case["fmt"] != "tar" and case["batch_size"] is not None:  # pad/fill shape batches
         read = case["columns"] or COLUMNS
         if "ragged" in read:
             kwargs["pad"] = {"ragged": rowdata.PAD}
         if "maybe" in read:
             kwargs["fill_nulls"] = {"maybe": rowdata.FILL}
-    else:
+    elif case["fmt"] == "tar":
         kwargs["decode"] = case["decode"]
     if not case["streams"]:
         return StreamingDataset(str(dirs[0]), **kwargs)

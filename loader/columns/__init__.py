@@ -5,6 +5,8 @@
 - `placement`: where each row of a batch comes from, applied to every column alike.
 - `batching`: Arrow tables to tensors (`Batch`), and batches regrouped to a size.
 - `arrays`, `arrow_numpy`: numpy <-> Arrow without copies or pyarrow's pandas shim.
+- `views`: Arrow's view types as the offsets types they stand for (batches gather with
+  kernels that have none).
 """
 
 from __future__ import annotations

@@ -31,6 +31,7 @@ import pyarrow.compute as pc
 from ..errors import ShardError
 from ..storage.filesystems import redact
 from .arrow_numpy import numpy_of
+from .views import holds_view
 
 __all__ = ["LENGTHS", "Kind", "check_part", "kind_of", "kinds_of", "tensor_view"]
 
@@ -60,6 +61,9 @@ class Kind:
     levels: int = 0  # list levels above the numbers in Arrow (a fixed_shape_tensor has 1)
     fill: Any = None  # replaces nulls (None: NaN for floats, an error otherwise)
     pad: Any = None  # plain list columns: pad rows to the batch's longest (None: refuse)
+    # a list column pyarrow cannot gather rows of (a view inside an extension type the
+    # reader cannot make plain: loader.columns.views): refused by name when read
+    gathers: bool = True
 
     @property
     def ragged(self) -> bool:
@@ -95,7 +99,7 @@ def kind_of(field: pa.Field, fill: Any = None, pad: Any = None) -> Kind:
         return Kind(True, _WIDER.get(value, value), shape, levels, fill)
     if (pa.types.is_list(t) or pa.types.is_large_list(t)) and _numeric(t.value_type):
         return Kind(True, _WIDER.get(t.value_type, t.value_type), None, 1, fill, pad)
-    return Kind(False)
+    return Kind(False, gathers=not holds_view(t))
 
 
 def kinds_of(
@@ -153,6 +157,12 @@ def check_part(table: pa.Table, kinds: Mapping[str, Kind], url: str) -> pa.Table
     for i, name in enumerate(table.column_names):
         kind = kinds.get(name)
         if kind is None or not kind.tensor:
+            if kind is not None and not kind.gathers:
+                raise ShardError(
+                    f"{redact(url)}: column {name!r} is {table.field(i).type}, a view type "
+                    "that pyarrow cannot gather into batches; read it as records (no "
+                    "batch_size), or leave it out (columns=[...])"
+                )
             continue
         col = table.column(i)
         fixed = _fix(col, kind, name, url)
@@ -198,10 +208,10 @@ def _fill(values: pa.ChunkedArray, kind: Kind, name: str, url: str) -> pa.Chunke
         return pc.fill_null(values, pa.scalar(kind.fill).cast(values.type))
     if pa.types.is_floating(values.type):
         return pc.fill_null(values, pa.scalar(float("nan"), type=values.type))
+    tensor = "a boolean tensor" if pa.types.is_boolean(kind.value) else "an integer tensor"
     raise ShardError(
         f"{redact(url)}: column {name!r} ({values.type}) holds {values.null_count} null(s), "
-        f"which an integer tensor cannot; pass fill_nulls={{{name!r}: <value>}} to replace "
-        "them"
+        f"which {tensor} cannot; pass fill_nulls={{{name!r}: <value>}} to replace them"
     )
 
 

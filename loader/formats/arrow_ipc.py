@@ -1,7 +1,7 @@
 """Arrow IPC shards (``.arrow``, ``.feather``, ``.ipc``): the file format (pyarrow's
 ``ipc.new_file``, Feather v2) and the stream format (``ipc.new_stream``; what HF
 ``datasets``' ``save_to_disk`` writes), read by record batch as Parquet is read by row
-group.
+group; and Feather version 1 files, read whole (loader.formats.feather_v1).
 
 Indexing walks the message frames (loader.formats.ipc_frames). A read fetches the bytes of
 its record batches (one range) and of the dictionary batches they need, checks that each
@@ -29,6 +29,14 @@ from ..shard import Shard
 from ..storage.filesystems import FileEntry, redact
 from ..storage.ranges import PartsFile, RangeFile
 from ..storage.retry import read_ranges
+from .feather_v1 import (
+    FEATHER_V1,
+    batches_of,
+    details_of,
+    fetch_whole,
+    is_feather_v1,
+    read_v1,
+)
 from .ipc_frames import (
     CONTINUATION,
     DICTIONARY,
@@ -69,7 +77,11 @@ class ArrowFormat(ParquetFormat):
         for e in entries:
             f = RangeFile(fs, e.url, e.size, self.retry, e.version)
             f.readahead(_HEADER_READ)
-            schema, details = walk(f, e.url, e.size)
+            if is_feather_v1(f.read(4)):  # read whole: loader.formats.feather_v1
+                table = read_v1(fetch_whole(fs, e.url, e.size, e.version, self.retry), e.url)
+                schema, details = table.schema, details_of(e, table)
+            else:
+                schema, details = walk(f, e.url, e.size)
             plain = schema_read_types(schema.remove_metadata())
             out.append(
                 {
@@ -94,6 +106,8 @@ class ArrowFormat(ParquetFormat):
         Arrow IPC shards are always read so)."""
         names, cols = self._names(columns)
         d = shard.details
+        if d.get("ipc") == FEATHER_V1:
+            return self._fetch_v1(fs, shard, rows, names, cols)
         if d.get("ipc") not in ("file", "stream"):
             raise ShardError(
                 f"{redact(shard.url)}: the index was built by an older shardstream, which did "
@@ -132,6 +146,26 @@ class ArrowFormat(ParquetFormat):
                 into.parts[(a, a + len(blob))] = blob
         return got
 
+    def _fetch_v1(
+        self,
+        fs: Any,
+        shard: Shard,
+        rows: Sequence[tuple[int, int]],
+        names: list[str] | None,
+        cols: list[str] | None,
+    ) -> list[Fetched]:
+        """A Feather version 1 shard's bytes, all of them (its rows cannot be read by range:
+        loader.formats.feather_v1), read once for all the row ranges."""
+        got = []
+        for start, stop in rows:
+            first_row, groups = row_groups(shard, start, stop)
+            got.append(Fetched(shard, start, stop, first_row, groups, names, cols))
+        with read_errors(shard.url, sorted({g for x in got for g in x.groups})):
+            blob = fetch_whole(fs, shard.url, shard.bytes, shard.version, self.retry)
+        for x in got:
+            x.parts = {(0, shard.bytes): blob}
+        return got
+
     def decode(self, fs: Any, got: Fetched, table: pa.Table | None = None) -> pa.Table:
         """The fetched batches, each frame checked against the index, read by pyarrow's
         readers (with the dictionaries they need), validated in full, as one table of the
@@ -142,6 +176,35 @@ class ArrowFormat(ParquetFormat):
         number = d.get("schema", 0)
         if number >= len(self.file_schemas):
             raise ValueError("ArrowFormat reads with the index's schemas (file_schemas)")
+        if d["ipc"] == FEATHER_V1:
+            table = self._decode_v1(got, self.file_schemas[number])
+        else:
+            table = self._decode_ipc(fs, got, self.file_schemas[number])
+        if got.cols is not None:
+            table = table.select(got.cols)
+        part = table.slice(got.start - got.first_row, got.stop - got.start)
+        return self._shape(part, shard, got.names)
+
+    def _decode_v1(self, got: Fetched, want: pa.Schema) -> pa.Table:
+        """A Feather version 1 shard's table, from its whole bytes, by pyarrow's reader."""
+        shard = got.shard
+        blob = (got.parts or {}).get((0, shard.bytes))
+        if blob is None:
+            raise ShardError(f"{redact(shard.url)}: the Feather version 1 file was not fetched")
+        with read_errors(shard.url, got.groups):
+            raw = read_v1(blob, shard.url)
+            rows = sum(shard.details["row_group_rows"])
+            if raw.num_rows != rows:
+                raise ShardError(
+                    f"{redact(shard.url)}: a Feather version 1 file of {raw.num_rows} rows, the "
+                    f"index recorded {rows}: the shard changed; rebuild the index"
+                )
+            return _plain_table(batches_of(raw), raw.schema, want, shard.url)
+
+    def _decode_ipc(self, fs: Any, got: Fetched, want: pa.Schema) -> pa.Table:
+        """The fetched record batches (and their dictionaries) as one table, by pyarrow's
+        IPC readers."""
+        shard, d = got.shard, got.shard.details
         key = (shard.url, shard.bytes, shard.version)
         head = HEADS.get(key)
         if head is None:  # dropped from the cache since the fetch: fetch it again
@@ -171,11 +234,7 @@ class ArrowFormat(ParquetFormat):
                 f = PartsFile(shard.url, shard.bytes, parts, self._fetcher(fs, shard))
                 reader = pa.ipc.open_file(f, options=_OPTIONS)
                 batches, schema = [reader.get_batch(g) for g in got.groups], reader.schema
-            table = _plain_table(batches, schema, self.file_schemas[number], shard.url)
-        if got.cols is not None:
-            table = table.select(got.cols)
-        part = table.slice(got.start - got.first_row, got.stop - got.start)
-        return self._shape(part, shard, got.names)
+            return _plain_table(batches, schema, want, shard.url)
 
 
 def _head(d: dict[str, Any]) -> tuple[int, int]:

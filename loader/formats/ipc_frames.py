@@ -109,12 +109,7 @@ def walk(f: Any, url: str, size: int) -> tuple[pa.Schema, dict[str, Any]]:
     it, id, is delta]. Raises ShardError naming the file when the bytes are not such a
     file."""
     f.seek(0)
-    head = f.read(6)
-    if head[:4] == b"FEA1":
-        raise ShardError(
-            f"{redact(url)}: a Feather version 1 file (not Arrow IPC; pyarrow deprecated it): "
-            "rewrite it as version 2 (pyarrow.feather.write_feather(table, path))"
-        )
+    head = f.read(6)  # (Feather version 1 files are not walked: loader.formats.feather_v1)
     try:
         if head == FILE_MAGIC:
             schema, details = _walk_file(f, url, size)

@@ -10,9 +10,10 @@ turns a decoded column into it. Not ``Array.cast`` for views: pyarrow 26 casts a
 
 from __future__ import annotations
 
-import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
+
+from ..columns.views import list_of_view, unview, without_views
 
 __all__ = ["check_column", "plain_column", "read_type", "schema_read_types"]
 
@@ -25,6 +26,8 @@ def read_type(t: pa.DataType) -> pa.DataType:
         return read_type(t.value_type)
     if pa.types.is_run_end_encoded(t):
         return read_type(t.value_type)
+    if isinstance(t, pa.BaseExtensionType):  # (json_ and opaque over a view: loader.columns.views)
+        return without_views(t)
     if pa.types.is_string_view(t):
         return pa.string()
     if pa.types.is_binary_view(t):
@@ -56,6 +59,8 @@ def plain_column(a: pa.Array) -> pa.Array:
     target = read_type(t)
     if t.equals(target):
         return a
+    if isinstance(t, pa.BaseExtensionType):
+        return unview(a)
     if pa.types.is_dictionary(t):  # values made plain first: take has no view kernels
         values = plain_column(a.dictionary)
         return pa.DictionaryArray.from_arrays(a.indices, values).dictionary_decode()
@@ -63,13 +68,7 @@ def plain_column(a: pa.Array) -> pa.Array:
         return plain_column(pc.run_end_decode(a))
     if pa.types.is_list_view(t) or pa.types.is_large_list_view(t):
         # its values in logical order, and offsets from its lengths (not Array.cast: above)
-        lengths = pc.list_value_length(a).fill_null(0).to_numpy(zero_copy_only=False)
-        offsets = np.zeros(len(a) + 1, np.int64)
-        np.cumsum(lengths, out=offsets[1:])
-        values = plain_column(pc.list_flatten(a))
-        kind = pa.LargeListArray if pa.types.is_large_list_view(t) else pa.ListArray
-        width = pa.int64() if kind is pa.LargeListArray else pa.int32()
-        return kind.from_arrays(pa.array(offsets, width), values, type=target, mask=_nulls(a))
+        return list_of_view(a, plain_column(pc.list_flatten(a)), target)
     if pa.types.is_list(t) or pa.types.is_large_list(t) or pa.types.is_map(t):
         if pa.types.is_map(t):
             keys, items = plain_column(a.keys), plain_column(a.items)

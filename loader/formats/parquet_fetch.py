@@ -12,6 +12,7 @@ import numpy as np
 import pyarrow as pa
 import torch
 
+from ..columns.views import has_view, unview, without_views
 from ..errors import ShardError
 from ..shard import Shard
 from ..storage.filesystems import redact
@@ -47,13 +48,31 @@ def fetch_column_chunks(
 
 
 def cast_to(table: pa.Table, target: pa.Schema, url: str) -> pa.Table:
-    """The table in the dataset's types, which differ from the file's only in nullability
-    or list item names (checked by ShardIndex.columns_schema)."""
-    for name in table.column_names:
+    """The table in the dataset's types, which differ from the file's only in nullability,
+    list item names, offset widths or views (checked by ShardIndex.columns_schema; views
+    made plain by loader.columns.views, not by a cast: see there)."""
+    for i, name in enumerate(table.column_names):
         got, want = table.schema.field(name).type, target.field(name).type
         if not pa.types.is_null(got) and not plain_type(got).equals(plain_type(want)):
-            raise ShardError(f"{redact(url)}: column {name!r} is {got}, the dataset's is {want}")
+            raise ShardError(
+                f"{redact(url)}: column {name!r} is {got}, the dataset's is {want}"
+                + (_REBUILD if isinstance(got, pa.BaseExtensionType) else "")
+            )
+        if has_view(got):
+            try:
+                col = pa.chunked_array(
+                    [unview(c) for c in table.column(i).chunks], without_views(got)
+                )
+            except (TypeError, pa.ArrowException) as e:
+                raise ShardError(
+                    f"{redact(url)}: column {name!r} ({got}) cannot be read: {e}"
+                ) from e
+            table = table.set_column(i, table.field(i).with_type(col.type), col)
     return table.cast(target)
+
+
+# an index built before extension types were indexed as pyarrow reads them (as storage)
+_REBUILD = " (an index built by an older shardstream? rebuild it)"
 
 
 def packed(arrays: dict[str, np.ndarray]) -> dict[str, torch.Tensor]:

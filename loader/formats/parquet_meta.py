@@ -37,6 +37,7 @@ __all__ = [
     "leaf_columns",
     "parse_footer",
     "read_groups",
+    "read_schema",
     "row_groups",
     "schema_from_b64",
     "schema_to_b64",
@@ -107,7 +108,7 @@ def _details(meta: pq.FileMetaData, footer: bytes, url: str) -> dict[str, Any]:
     """footer_details' index details of parsed metadata (a damaged footer can make any of
     pyarrow's accessors raise: footer_details names the file)."""
     # schema-level metadata (pandas' index ranges, ...) differs from file to file
-    schema = meta.schema.to_arrow_schema().remove_metadata()
+    schema = read_schema(meta, footer).remove_metadata()
     text = _checked_schema(schema)
     pad = _legacy_padding(meta)
     rows, offsets, lengths = [], [], []
@@ -145,6 +146,16 @@ def _details(meta: pq.FileMetaData, footer: bytes, url: str) -> dict[str, Any]:
         },
         "schema": text,
     }
+
+
+def read_schema(meta: pq.FileMetaData, footer: bytes) -> pa.Schema:
+    """The Arrow schema pyarrow's Parquet readers read the file as (`ParquetFile`,
+    `read_table`, and ours: loader.formats.parquet_local), the schema the index records.
+    Not ``meta.schema.to_arrow_schema()``: with their default ``arrow_extensions_enabled``
+    those readers read Parquet logical types that have an Arrow extension type (UUID,
+    JSON: duckdb writes both) as that type, which `to_arrow_schema` gives as its storage
+    type (``fixed_size_binary[16]``, ``string``). ~25 us a footer."""
+    return pq.ParquetFile(pa.BufferReader(_MAGIC + footer), metadata=meta).schema_arrow
 
 
 # what pyarrow raises on a damaged footer: ArrowInvalid / OSError, and ValueError (a

@@ -7,7 +7,8 @@ gives, as `pyarrow.dataset` reads such files. A column that only some shards hav
 whose types differ between shards, is fine as long as nobody asks for it; asking for it
 is an error naming a shard on each side, the column and both types. A column of type
 ``null`` (all values null: what writers infer for an empty or all-None column) takes the
-type the other shards give it.
+type the other shards give it. View types are read as their offsets types
+(loader.columns.views), whichever shard comes first.
 """
 
 from __future__ import annotations
@@ -16,6 +17,7 @@ from collections.abc import Sequence
 
 import pyarrow as pa
 
+from ..columns.views import without_views
 from ..errors import ShardError
 from ..storage.filesystems import redact
 
@@ -107,5 +109,7 @@ def select_schema(
                     f"{redact(examples[first])} has it as {want}; all shards must agree on "
                     "the asked columns' types"
                 )
-        out.append(unified.field(name).with_type(want))
+        # views are read as their offsets types (loader.columns.views): batches gather
+        # with kernels that have none
+        out.append(unified.field(name).with_type(without_views(want)))
     return pa.schema(out)

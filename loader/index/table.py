@@ -58,7 +58,7 @@ LAYOUT: dict[str, pa.DataType] = {
     "column_uncompressed_bytes": pa.list_(_INTS),
     "footer_bytes": pa.int64(),
     "schema": pa.int32(),
-    "ipc": pa.string(),  # Arrow IPC: "file" or "stream" (an older index: true)
+    "ipc": pa.string(),  # Arrow IPC: "file" or "stream" (an older index: true); "feather1"
     "ipc_schema": _INTS,
     "ipc_footer": _INTS,
     "ipc_dictionaries": pa.list_(_INTS),
