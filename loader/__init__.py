@@ -14,7 +14,7 @@ above them all, but for the leaves `errors`, `stats` and `shard`):
   `streams`, `state` (resume), `epoch`, `cursor`, `stats`, `errors`, `shard`
 
 Its names are imported when first used (PEP 562): ``import loader`` alone costs nothing
-(the planner's simulations never import torch), ``from loader import StreamingDataset``
+(the planner's simulations never import torch), ``from shardstream.loader import StreamingDataset``
 imports what the dataset needs. In a process that has imported torch (one that trains),
 ``import loader`` imports the dataset's modules at once: their ~0.1 s, and the garbage
 collection torch's import leaves pending, are paid with the program's other imports, not
@@ -26,7 +26,7 @@ from __future__ import annotations
 import sys
 from typing import TYPE_CHECKING
 
-from sampler.lazy import lazy_names
+from shardstream.sampler.lazy import lazy_names
 
 from .errors import ShardError, StaleIndexError, StaleSidecarError
 
@@ -40,7 +40,6 @@ if TYPE_CHECKING:
     from .streams import Stream
     from .tokens.pack import Pack
 
-__shardstream__ = True  # the shardstream package checks that `loader` is this one
 
 _WHERE = {
     "Batch": ".columns.batching",

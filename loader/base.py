@@ -17,8 +17,8 @@ from typing import Any, ClassVar, TypeVar
 
 from torch.utils.data import IterableDataset, get_worker_info
 
-from sampler import MixtureSampler, ShardSampler, Topology
-from sampler.checks import IntLike, as_int
+from shardstream.sampler import MixtureSampler, ShardSampler, Topology
+from shardstream.sampler.checks import IntLike, as_int
 
 from .cache.locality import NodeOptions
 from .cursor import Cursor

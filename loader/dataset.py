@@ -7,10 +7,10 @@ from typing import Any
 
 from torch.utils.data import get_worker_info
 
-from sampler import DEFAULT_WINDOW, ShardSampler, Topology
-from sampler.checks import IntLike
-from sampler.plan import Plan
-from sampler.resume import cut_segments
+from shardstream.sampler import DEFAULT_WINDOW, ShardSampler, Topology
+from shardstream.sampler.checks import IntLike
+from shardstream.sampler.plan import Plan
+from shardstream.sampler.resume import cut_segments
 
 from .base import RECORD_STEP, DatasetBase, init_signature
 from .cache.locality import NodeOptions

@@ -25,10 +25,10 @@ from typing import Any
 
 from torch.utils.data import get_worker_info
 
-from sampler import DEFAULT_WINDOW, MixtureSampler, Topology
-from sampler.checks import IntLike
-from sampler.mixture_state import cursor_state
-from sampler.resume import Segment, cut_segments
+from shardstream.sampler import DEFAULT_WINDOW, MixtureSampler, Topology
+from shardstream.sampler.checks import IntLike
+from shardstream.sampler.mixture_state import cursor_state
+from shardstream.sampler.resume import Segment, cut_segments
 
 from .base import RECORD_STEP, DatasetBase, init_signature
 from .cache.locality import NodeOptions

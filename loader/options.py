@@ -7,7 +7,7 @@ import warnings
 from collections.abc import Callable, Iterable, Iterator, Sequence
 from typing import Any
 
-from sampler.checks import as_int
+from shardstream.sampler.checks import as_int
 
 from .cursor import rows_of
 from .read.plan_reader import DEFAULT_MEMORY_BUDGET

@@ -15,8 +15,8 @@ from __future__ import annotations
 
 import torch.distributed as dist
 
-from sampler import Topology
-from sampler.checks import IntLike
+from shardstream.sampler import Topology
+from shardstream.sampler.checks import IntLike
 
 __all__ = ["Ranks"]
 

@@ -28,8 +28,14 @@ from __future__ import annotations
 from dataclasses import dataclass, replace
 from typing import Any
 
-from sampler.epoch import rank_length
-from sampler.resume import Segment, Streams, base_streams, continue_streams, resume_point
+from shardstream.sampler.epoch import rank_length
+from shardstream.sampler.resume import (
+    Segment,
+    Streams,
+    base_streams,
+    continue_streams,
+    resume_point,
+)
 
 __all__ = ["Layout", "MixLayout", "check_state", "is_worker_state", "rank_state"]
 

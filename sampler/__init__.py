@@ -19,7 +19,6 @@ if TYPE_CHECKING:
     from .shard_sampler import DEFAULT_WINDOW, HasShardSizes, ShardSampler
     from .topology import Topology
 
-__shardstream__ = True  # the shardstream package checks that `sampler` is this one
 
 _WHERE = {
     "DEFAULT_WINDOW": ".shard_sampler",

@@ -57,24 +57,14 @@ from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
 
+import bench_data
+from bench_data import make_dataset, tar_shards
+from bench_measure import measure_one, run_isolated, summarize
+from bench_runs import RUNS, chosen
+from bench_s3 import moto_server, shaped
+from bench_stores import store_servers
+from bench_table import report
 from tqdm import tqdm
-
-try:  # run as scripts/bench.py, or installed as shardstream_scripts
-    import bench_data
-    from bench_data import make_dataset, tar_shards
-    from bench_measure import measure_one, run_isolated, summarize
-    from bench_runs import RUNS, chosen
-    from bench_s3 import moto_server, shaped
-    from bench_stores import store_servers
-    from bench_table import report
-except ImportError:
-    from shardstream_scripts import bench_data
-    from shardstream_scripts.bench_data import make_dataset, tar_shards
-    from shardstream_scripts.bench_measure import measure_one, run_isolated, summarize
-    from shardstream_scripts.bench_runs import RUNS, chosen
-    from shardstream_scripts.bench_s3 import moto_server, shaped
-    from shardstream_scripts.bench_stores import store_servers
-    from shardstream_scripts.bench_table import report
 
 
 def main() -> None:

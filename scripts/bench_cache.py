@@ -50,7 +50,7 @@ def rank_main(spec: dict[str, Any]) -> list[dict[str, Any]]:
     records, seconds, CPU seconds and what it fetched from S3 and from the cache."""
     import dataclasses
 
-    from loader import ShardIndex, StreamingDataset
+    from shardstream.loader import ShardIndex, StreamingDataset
 
     index = ShardIndex.load(spec["index"])
     ds = StreamingDataset(
@@ -146,7 +146,7 @@ def run_epochs(spec: dict[str, Any], epochs: int, label: str) -> list[dict[str, 
 
 def randomness(sizes: np.ndarray) -> dict[str, dict[str, float]]:
     """Distinct shards per batch, |rank correlation| of row against place, node overlap."""
-    from sampler import ShardSampler, distinct_per_batch
+    from shardstream.sampler import ShardSampler, distinct_per_batch
 
     out = {}
     for name, local in (("global shuffle", None), ('locality="node"', LOCAL)):
@@ -195,7 +195,8 @@ def main() -> None:
         return
     from bench_data import make_dataset
     from bench_s3 import moto_server
-    from s3proxy import Shaping, counting_proxy
+
+    from tests.s3proxy import Shaping, counting_proxy
 
     os.environ.setdefault("AWS_ACCESS_KEY_ID", "bench")
     os.environ.setdefault("AWS_SECRET_ACCESS_KEY", "bench")
@@ -204,7 +205,7 @@ def main() -> None:
     make_dataset(tmp / "data", args.shards, args.per_shard, args.row_group, tar=False)
     parquet = sorted((tmp / "data" / "parquet").glob("*.parquet"))
     shaping = Shaping(latency_ms=args.s3_latency, mbps=args.s3_bandwidth)
-    from loader import ShardIndex
+    from shardstream.loader import ShardIndex
 
     local_index = tmp / "local.index.arrow"
     ShardIndex.build(str(tmp / "data" / "parquet")).save(str(local_index))

@@ -58,7 +58,7 @@ def main() -> None:
         make_dataset(args.data, 16, 10_000, 1_000, tar=False)
     paths = sorted(shards.glob("*.parquet"))
 
-    from loader import StreamingDataset
+    from shardstream.loader import StreamingDataset
 
     def dataset(source: str, **kw: Any) -> Any:
         return StreamingDataset(

@@ -11,7 +11,7 @@ Sections (each prints a table; --json prints one document):
                the time from a barrier before to a barrier after build_distributed on the
                slowest rank, the bytes and the CPU seconds each rank used, the S3
                server's CPU seconds, and the speed-up over R = 1.
-  latency      the same build (Parquet, one rank) through scripts/s3proxy.py adding 30 ms
+  latency      the same build (Parquet, one rank) through tests/s3proxy.py adding 30 ms
                before every answer: the added time in round trips, against the ideal
                (listing requests + N / 64), with botocore's default pool of 10 connections
                and with ours (64).
@@ -55,8 +55,8 @@ def rank_run(source: str, options: dict[str, Any] | None) -> None:
     """One rank's part (run by torchrun): build, time it between barriers, gather stats."""
     import torch.distributed as dist
 
-    from loader.index.distributed import build_distributed
-    from loader.storage.retry import bytes_fetched
+    from shardstream.loader.index.distributed import build_distributed
+    from shardstream.loader.storage.retry import bytes_fetched
 
     dist.init_process_group("gloo")
     dist.barrier()

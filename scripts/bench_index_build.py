@@ -27,7 +27,7 @@ from scripts.bench_index_setup import (  # noqa: E402
     tar_shard,
     write,
 )
-from scripts.s3proxy import Shaping, counting_proxy  # noqa: E402
+from tests.s3proxy import Shaping, counting_proxy  # noqa: E402
 
 # the entry point torchrun starts for each rank (--rank-run)
 BENCH_INDEX = Path(__file__).with_name("bench_index.py")
@@ -114,7 +114,7 @@ def distributed(args: argparse.Namespace) -> list[dict[str, Any]]:
 def timed_build(source: str, options: dict[str, Any]) -> float:
     """A fresh process builds the index: no cached clients, footers or connections."""
     code = (
-        "import json,sys,time; from loader import ShardIndex; t=time.perf_counter(); "
+        "import json,sys,time; from shardstream.loader import ShardIndex; t=time.perf_counter(); "
         f"ShardIndex.build({source!r}, json.loads(sys.argv[1])); print(time.perf_counter()-t)"
     )
     proc = subprocess.run(

@@ -21,10 +21,10 @@ def assembly_cost(n: int) -> dict[str, float]:
     """Seconds per shard to serialize and read back a part (the all-gather's Arrow IPC;
     the keys keep their old names pickle_us / unpickle_us) and to assemble the index on
     one rank, for synthetic Parquet parts (8 row groups a shard)."""
-    from loader.formats.parquet_meta import schema_to_b64
-    from loader.index.assemble import assemble_rows, from_ipc, scanned_rows, to_ipc
-    from loader.index.build import Listing
-    from loader.storage.filesystems import FileEntry
+    from shardstream.loader.formats.parquet_meta import schema_to_b64
+    from shardstream.loader.index.assemble import assemble_rows, from_ipc, scanned_rows, to_ipc
+    from shardstream.loader.index.build import Listing
+    from shardstream.loader.storage.filesystems import FileEntry
 
     schema = schema_to_b64(pa.schema([("id", pa.int64()), ("tokens", pa.list_(pa.int32()))]))
     entries = [
@@ -88,7 +88,7 @@ def estimate(dist_rows: list[dict[str, Any]], args: argparse.Namespace) -> dict[
 
 def list_cost() -> float:
     """Seconds per 1,000-key LIST page on the local moto server (10,000 keys)."""
-    from loader.storage.filesystems import list_files
+    from shardstream.loader.storage.filesystems import list_files
 
     with s3_server() as (url, s3):
         s3.pipe({f"{BUCKET}/l/{i:06d}.parquet": b"x" for i in range(10_000)})

@@ -25,8 +25,8 @@ def _ready(source: Any, endpoint: str) -> dict[str, float]:
     """In a fresh process: seconds until StreamingDataset(source) is built (its index
     ready), and until its first record (one rank, record mode, as bench.py reads)."""
     code = (
-        "import json,sys,time; import torch; from loader import StreamingDataset; "
-        "from loader.storage.retry import bytes_fetched; "
+        "import json,sys,time; import torch; from shardstream.loader import StreamingDataset; "
+        "from shardstream.loader.storage.retry import bytes_fetched; "
         "t=time.perf_counter(); "
         "ds=StreamingDataset(json.loads(sys.argv[1]), storage_options=json.loads(sys.argv[2])); "
         "a=time.perf_counter()-t; f=bytes_fetched(); next(iter(ds)); b=time.perf_counter()-t; "
@@ -52,8 +52,8 @@ def startup(args: argparse.Namespace) -> list[dict[str, Any]]:
     sys.path.insert(0, str(REPO / "scripts"))
     import bench_data
 
-    from loader import ShardIndex
-    from loader.formats.tar_index import write_sidecars
+    from shardstream.loader import ShardIndex
+    from shardstream.loader.formats.tar_index import write_sidecars
 
     rows = []
     with tempfile.TemporaryDirectory() as tmp, s3_server() as (url, s3):

@@ -21,7 +21,7 @@ REPO = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO))  # scripts.* and tests.* by name, as bench_index.py does
 
 from scripts.bench_index_setup import BUCKET, env, s3_server, tar_shard, write  # noqa: E402
-from scripts.s3proxy import Shaping, counting_proxy  # noqa: E402
+from tests.s3proxy import Shaping, counting_proxy  # noqa: E402
 
 
 def _scan_with(source: str, options: dict[str, Any] | None, mode: str) -> dict[str, float]:
@@ -34,8 +34,9 @@ def _scan_with(source: str, options: dict[str, Any] | None, mode: str) -> dict[s
         "sequential": "kw['sidecars']=False; T.LOCAL_CROSSOVER=T.REMOTE_CROSSOVER=1<<62",
     }[mode]
     code = (
-        "import json,sys,time; import loader.formats.tar_scan as T; from loader import ShardIndex; "
-        "from loader.storage.retry import bytes_fetched; kw={}; "
+        "import json,sys,time; import shardstream.loader.formats.tar_scan as T; "
+        "from shardstream.loader import ShardIndex; "
+        "from shardstream.loader.storage.retry import bytes_fetched; kw={}; "
         f"{setup}; t=time.perf_counter(); "
         f"ShardIndex.build({source!r}, json.loads(sys.argv[1]), **kw); "
         "print(json.dumps([time.perf_counter()-t, bytes_fetched()]))"
@@ -52,8 +53,8 @@ def _scan_with(source: str, options: dict[str, Any] | None, mode: str) -> dict[s
 def tar_bytes(args: argparse.Namespace) -> list[dict[str, Any]]:
     import fsspec
 
-    from loader import ShardIndex
-    from loader.formats.tar_index import write_sidecars
+    from shardstream.loader import ShardIndex
+    from shardstream.loader.formats.tar_index import write_sidecars
 
     kinds = {
         "small members (3 KB jpg, cls, 200 B json)": (32, 1000, (3000, 8, 200)),
@@ -91,7 +92,7 @@ def tar_bytes(args: argparse.Namespace) -> list[dict[str, Any]]:
 
 def _read_costs(fs: Any, url: str, size: int) -> tuple[float, float]:
     """(seconds a small range read takes, bytes/s of 1 MiB reads one after another)."""
-    from loader.storage.retry import RetryPolicy, read_ranges
+    from shardstream.loader.storage.retry import RetryPolicy, read_ranges
 
     retry = RetryPolicy()
     small = []
@@ -113,7 +114,7 @@ def crossover(args: argparse.Namespace) -> list[dict[str, Any]]:
     S3's: they are left out.)"""
     import fsspec
 
-    from loader.storage.filesystems import filesystem
+    from shardstream.loader.storage.filesystems import filesystem
 
     rows: list[dict[str, Any]] = []
     with tempfile.TemporaryDirectory() as tmp, s3_server() as (url, s3):

@@ -78,7 +78,7 @@ def _pyarrow(root: Path, records: bool) -> Iterator[int]:
 
 
 def _ours(root: Path, kind: str, records: bool) -> Iterator[int]:
-    from loader import StreamingDataset
+    from shardstream.loader import StreamingDataset
 
     if records:
         for _ in StreamingDataset(str(root / kind), shuffle=True, seed=0):
@@ -93,7 +93,7 @@ def _ours(root: Path, kind: str, records: bool) -> Iterator[int]:
 
 def one(name: str, root: Path) -> dict[str, float]:
     """Run `name` here: wall and CPU seconds and items."""
-    import loader  # noqa: F401  imports before the clock: import time is not read time
+    import shardstream.loader  # noqa: F401  imports before the clock: import time is not read time
 
     parts = name.split()
     if parts[0] == "pyarrow":

@@ -14,11 +14,7 @@ from pathlib import Path
 from typing import Any
 
 import pyarrow.parquet as pq
-
-try:  # run as scripts/bench.py, or installed as shardstream_scripts
-    from bench_data import BATCH, COLUMNS, TOKENS
-except ImportError:
-    from shardstream_scripts.bench_data import BATCH, COLUMNS, TOKENS
+from bench_data import BATCH, COLUMNS, TOKENS
 
 
 def raw_decode(data: Path, to_pylist: bool, columns: list[str] = COLUMNS) -> Iterator[int]:

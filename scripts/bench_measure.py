@@ -14,14 +14,9 @@ import time
 from pathlib import Path
 from typing import Any
 
+from bench_ours import RESTART, STATS
+from bench_runs import RUNS
 from tqdm import tqdm
-
-try:  # run as scripts/bench.py, or installed as shardstream_scripts
-    from bench_ours import RESTART, STATS
-    from bench_runs import RUNS
-except ImportError:
-    from shardstream_scripts.bench_ours import RESTART, STATS
-    from shardstream_scripts.bench_runs import RUNS
 
 # the entry point that measures one run in its own process (--one)
 BENCH = Path(__file__).with_name("bench.py")
@@ -31,7 +26,14 @@ def _preload() -> None:
     """Import what the runs use before the clock starts: import time is not read time."""
     import importlib
 
-    for module in ("torch", "torch.utils.data", "loader", "s3fs", "webdataset", "datasets"):
+    for module in (
+        "torch",
+        "torch.utils.data",
+        "shardstream.loader",
+        "s3fs",
+        "webdataset",
+        "datasets",
+    ):
         with contextlib.suppress(ImportError):
             importlib.import_module(module)
 
@@ -42,7 +44,9 @@ def measure_one(
     """Run one measurement in this process: time, items, time to first item, peak RSS and
     the process's size after imports (the baseline the growth is counted from)."""
     _preload()
-    from loader.storage.retry import bytes_fetched  # this process's reads (not its workers')
+    from shardstream.loader.storage.retry import (
+        bytes_fetched,  # this process's reads (not its workers')
+    )
 
     fetched0 = 0
     base = _peak_rss_kb()

@@ -12,13 +12,8 @@ from pathlib import Path
 from typing import Any
 
 import pyarrow.parquet as pq
-
-try:  # run as scripts/bench.py, or installed as shardstream_scripts
-    from bench_data import BATCH, COLUMNS
-    from bench_limits import identity
-except ImportError:
-    from shardstream_scripts.bench_data import BATCH, COLUMNS
-    from shardstream_scripts.bench_limits import identity
+from bench_data import BATCH, COLUMNS
+from bench_limits import identity
 
 RESTART = -1  # a run yields this after a warm-up: measure_one starts its clocks again
 
@@ -41,7 +36,7 @@ def ours(
     the same dataset object and measure the last: the steady state)."""
     from torch.utils.data import DataLoader
 
-    from loader import StreamingDataset
+    from shardstream.loader import StreamingDataset
 
     opts = opts or {}
     options: dict[str, Any] | None = None
@@ -86,7 +81,7 @@ def ours_mixture(data: Path, workers: int) -> Iterator[int]:
     """Our batch mode over MIX, `workers` DataLoader workers (0: iterated directly)."""
     from torch.utils.data import DataLoader
 
-    from loader import Stream, StreamingDataset
+    from shardstream.loader import Stream, StreamingDataset
 
     files = sorted((data / "parquet").glob("*.parquet"))
     streams = [Stream([str(files[k]) for k in ks], weight=w, name=n) for n, ks, w in MIX]

@@ -14,11 +14,7 @@ from typing import Any
 
 import pyarrow as pa
 import pyarrow.parquet as pq
-
-try:  # run as scripts/bench.py, or installed as shardstream_scripts
-    from bench_data import BATCH, COLUMNS, tar_shards
-except ImportError:
-    from shardstream_scripts.bench_data import BATCH, COLUMNS, tar_shards
+from bench_data import BATCH, COLUMNS, tar_shards
 
 
 def peer_hf_s3(endpoint: str) -> Iterator[int]:

@@ -7,38 +7,18 @@ from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
 
-try:  # run as scripts/bench.py, or installed as shardstream_scripts
-    from bench_data import SMALL, tar_shards
-    from bench_limits import raw_dataloader_ipc, raw_decode, raw_ranges, raw_s3, raw_tar
-    from bench_ours import ours, ours_mixture
-    from bench_peers import (
-        peer_distributed_sampler,
-        peer_hf,
-        peer_hf_s3,
-        peer_webdataset,
-        peer_webdataset_http,
-        peer_webdataset_s3,
-    )
-    from bench_stores import store_runs
-except ImportError:
-    from shardstream_scripts.bench_data import SMALL, tar_shards
-    from shardstream_scripts.bench_limits import (
-        raw_dataloader_ipc,
-        raw_decode,
-        raw_ranges,
-        raw_s3,
-        raw_tar,
-    )
-    from shardstream_scripts.bench_ours import ours, ours_mixture
-    from shardstream_scripts.bench_peers import (
-        peer_distributed_sampler,
-        peer_hf,
-        peer_hf_s3,
-        peer_webdataset,
-        peer_webdataset_http,
-        peer_webdataset_s3,
-    )
-    from shardstream_scripts.bench_stores import store_runs
+from bench_data import SMALL, tar_shards
+from bench_limits import raw_dataloader_ipc, raw_decode, raw_ranges, raw_s3, raw_tar
+from bench_ours import ours, ours_mixture
+from bench_peers import (
+    peer_distributed_sampler,
+    peer_hf,
+    peer_hf_s3,
+    peer_webdataset,
+    peer_webdataset_http,
+    peer_webdataset_s3,
+)
+from bench_stores import store_runs
 
 # name -> (limit it is compared with, group, builder(data, endpoint, storage options) -> run)
 RUNS: dict[str, tuple[str, str, Callable[[Path, str | None, dict[str, Any]], Iterator[int]]]] = {

@@ -1,6 +1,6 @@
 """scripts/bench.py's S3 side: the local moto S3 server holding the shards (with the tar
 shards' sidecars and saved index), the byte ranges our loader fetches from it, and the
-shaped-S3 rows (the bucket behind scripts/s3proxy.py's latency and bandwidth)."""
+shaped-S3 rows (the bucket behind tests/s3proxy.py's latency and bandwidth)."""
 
 from __future__ import annotations
 
@@ -17,23 +17,17 @@ from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
 
+import bench_data
+from bench_measure import run_isolated, summarize
+from bench_runs import RUNS, chosen
 from tqdm import tqdm
-
-try:  # run as scripts/bench.py, or installed as shardstream_scripts
-    import bench_data
-    from bench_measure import run_isolated, summarize
-    from bench_runs import RUNS, chosen
-except ImportError:
-    from shardstream_scripts import bench_data
-    from shardstream_scripts.bench_measure import run_isolated, summarize
-    from shardstream_scripts.bench_runs import RUNS, chosen
 
 
 def _tar_indexes(fs: Any, url: str, tars: list[Path]) -> None:
     """The tars under bench/tar/ (public-read: webdataset fetches them over plain HTTP),
     DALI .idx sidecars beside them and their saved index at bench/tar.index.arrow."""
-    from loader import ShardIndex
-    from loader.formats.tar_index import write_sidecars
+    from shardstream.loader import ShardIndex
+    from shardstream.loader.formats.tar_index import write_sidecars
 
     for p in tars:
         fs.put_file(str(p), f"bench/tar/{p.name}")
@@ -86,9 +80,9 @@ def our_ranges(endpoint: str, columns: list[str]) -> tuple[Any, list[list[Any]]]
     """(the index, [key, start, end] of every byte range our loader fetches reading the
     columns of the bucket's Parquet shards): the same read groups, row groups and
     coalesced column chunks as loader.formats.parquet's reads."""
-    from loader import ShardIndex
-    from loader.formats.parquet import ParquetFormat
-    from loader.formats.parquet_meta import FOOTERS, column_ranges, row_groups
+    from shardstream.loader import ShardIndex
+    from shardstream.loader.formats.parquet import ParquetFormat
+    from shardstream.loader.formats.parquet_meta import FOOTERS, column_ranges, row_groups
 
     index = ShardIndex.build("s3://bench/parquet", {"client_kwargs": {"endpoint_url": endpoint}})
     fmt = ParquetFormat()
@@ -112,8 +106,8 @@ def shaped(
 ) -> list[dict[str, Any]]:
     """The shaped-S3 group: the bucket behind a proxy with first-byte latency and a
     per-connection rate, every run through it."""
-    sys.path.insert(0, str(Path(__file__).resolve().parent))
-    from s3proxy import Shaping, counting_proxy
+    sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # tests.* by name
+    from tests.s3proxy import Shaping, counting_proxy
 
     parquet = sorted((tmp / "data" / "parquet").glob("*.parquet"))
     tars = sorted((tmp / "data" / "tar").glob("*.tar"))

@@ -23,7 +23,7 @@ from typing import Any
 
 import numpy as np
 
-from sampler import DEFAULT_WINDOW, MixtureSampler, ShardSampler, distinct_per_batch
+from shardstream.sampler import DEFAULT_WINDOW, MixtureSampler, ShardSampler, distinct_per_batch
 
 
 def planning(shards: int, ranks: int, records_per_shard: int) -> dict[str, float]:

@@ -17,7 +17,7 @@ growth (MB, from after the imports), against the goal beside it.
                members) from a saved index, Arrow and JSON: load, and memory held until
                the shards are read.
   tar          those tar shards, from the saved index, to the first record, locally and on
-               a local S3 server (moto) through scripts/s3proxy.py (--latency-ms before
+               a local S3 server (moto) through tests/s3proxy.py (--latency-ms before
                each answer, 100 MB/s a connection); webdataset's first record beside them.
   list         32 Parquet shards on that shaped S3: the first batch from a list of URLs, a
                glob and a prefix, against a saved index.
@@ -67,8 +67,8 @@ def rank_job(manifest: str) -> None:
     """One rank's part under torchrun: the index built by all ranks, between barriers."""
     import torch.distributed as dist
 
-    from loader.index.distributed import LAST_BUILD, shared_index
-    from loader.storage.retry import RetryPolicy
+    from shardstream.loader.index.distributed import LAST_BUILD, shared_index
+    from shardstream.loader.storage.retry import RetryPolicy
 
     dist.init_process_group("gloo")
     dist.barrier()
@@ -116,7 +116,7 @@ def row(
 
 
 def run(args: argparse.Namespace) -> list[dict[str, Any]]:
-    from loader.index.shard_index import ShardIndex
+    from shardstream.loader.index.shard_index import ShardIndex
 
     only = set(args.only.split(",")) if args.only else set(SECTIONS)
     rows: list[dict[str, Any]] = []
@@ -257,7 +257,8 @@ def run(args: argparse.Namespace) -> list[dict[str, Any]]:
         if "planner" in only:
             base = [
                 sys.executable,
-                str(REPO / "scripts" / "plan_shards.py"),
+                "-m",
+                "shardstream.plan",
                 "--simulate-shards",
                 str(args.shards),
                 "--world-size",

@@ -20,7 +20,7 @@ _PRELUDE = (
     "import json, sys, time\n"
     "import torch, torch.distributed, torch.utils.data, pyarrow.parquet, s3fs, webdataset\n"
     "import shardstream\n"
-    "from loader.index.shard_index import ShardIndex\n"
+    "from shardstream.loader.index.shard_index import ShardIndex\n"
     "def peak():\n"
     "    status = open('/proc/self/status').read().split('VmHWM:')[1]\n"
     "    return int(status.split()[0]) / 1024\n"

@@ -20,8 +20,8 @@ REPO = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO))  # scripts.* and tests.* by name, as bench_index.py does
 
 from scripts.bench_index_setup import env  # noqa: E402  (the same child environment)
-from scripts.s3proxy import Shaping, counting_proxy  # noqa: E402
 from tests.conftest import moto_server  # noqa: E402
+from tests.s3proxy import Shaping, counting_proxy  # noqa: E402
 
 BUCKET = "bscale"
 PER_SHARD = 1000
@@ -51,8 +51,8 @@ def manifest_dataset(root: Path, shards: int, world: int) -> Path:
 def synthetic_parquet_index(shards: int) -> Any:
     """An index of `shards` scanned Parquet shards of 4 row groups (the layout a real
     build records), made as arrays."""
-    from loader.index.shard_index import ShardIndex
-    from loader.index.table import shard_table
+    from shardstream.loader.index.shard_index import ShardIndex
+    from shardstream.loader.index.table import shard_table
 
     groups = 4
 

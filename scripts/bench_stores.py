@@ -7,17 +7,16 @@ each store's ratio to its own plain read can be set beside the others'."""
 from __future__ import annotations
 
 import os
+import sys
 from collections.abc import Iterator
 from contextlib import ExitStack, contextmanager
 from pathlib import Path
 from typing import Any
 
-try:  # run as scripts/bench.py, or installed as shardstream_scripts
-    from bench_data import BATCH, COLUMNS
-    from emulators import azurite, azurite_connection_string, gcs_emulator
-except ImportError:
-    from shardstream_scripts.bench_data import BATCH, COLUMNS
-    from shardstream_scripts.emulators import azurite, azurite_connection_string, gcs_emulator
+from bench_data import BATCH, COLUMNS
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # tests.* by name
+from tests.emulators import azurite, azurite_connection_string, gcs_emulator
 
 STORES = ("s3", "gcs", "azure")
 SCHEME = {"s3": "s3", "gcs": "gs", "azure": "az"}
@@ -86,7 +85,7 @@ def raw_store(kind: str, endpoint: str) -> Iterator[int]:
 
 def ours_store(kind: str, endpoint: str, batch: bool = True) -> Iterator[int]:
     """Ours in batch mode over the store, 0 workers."""
-    from loader import StreamingDataset
+    from shardstream.loader import StreamingDataset
 
     ds = StreamingDataset(
         f"{SCHEME[kind]}://bench/parquet",

@@ -60,7 +60,7 @@ def make_data(root: Path, shards: int, docs: int) -> None:
             root / "tokens" / f"part-{s:05d}.parquet",
             row_group_size=256,
         )
-    from loader import Pack, StreamingDataset
+    from shardstream.loader import Pack, StreamingDataset
 
     ds = StreamingDataset(root / "tokens", pack=Pack(COLUMN, 16, eos=EOS))
     ds.index.save(root / "tokens.index.arrow")
@@ -121,7 +121,7 @@ def titan_buffer(root: Path, length: int, batch: int) -> Iterator[int]:
 def ours(root: Path, length: int, batch: int, how: str) -> Iterator[int]:
     from torch.utils.data import DataLoader
 
-    from loader import Pack, StreamingDataset
+    from shardstream.loader import Pack, StreamingDataset
 
     source = root / "tokens" if how == "counted" else root / "tokens.index.arrow"
     replicas = 4 if how == "rank 0 of 4" else 1
@@ -164,8 +164,8 @@ def cpu_seconds() -> float:
 def measure(name: str, root: Path, args: argparse.Namespace) -> dict[str, float]:
     import torch  # noqa: F401  (imports are not read time)
 
-    import loader.dataset
-    import loader.tokens.packing  # noqa: F401
+    import shardstream.loader.dataset
+    import shardstream.loader.tokens.packing  # noqa: F401
 
     pa.array([0]).to_numpy()  # pyarrow's first to_numpy imports pandas (~0.2 s): not read time
 
@@ -186,10 +186,10 @@ def measure(name: str, root: Path, args: argparse.Namespace) -> dict[str, float]
 def scale_len(shards: int = 1_000_000, docs: int = 8) -> dict[str, float]:
     """Seconds to load a saved index of `shards` shards with token counts and compute
     the blocks each of 4,096 ranks makes (what `len` needs)."""
-    from loader.index.shard_index import ShardIndex
-    from loader.tokens.lengths import document_lengths, lengths_column
-    from loader.tokens.pack import Pack
-    from sampler.packing import blocks_per_rank, dropped
+    from shardstream.loader.index.shard_index import ShardIndex
+    from shardstream.loader.tokens.lengths import document_lengths, lengths_column
+    from shardstream.loader.tokens.pack import Pack
+    from shardstream.sampler.packing import blocks_per_rank, dropped
 
     with tempfile.TemporaryDirectory() as d:
         n = shards * docs

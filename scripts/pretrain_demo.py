@@ -43,7 +43,7 @@ from torch import nn
 from torch.nn.parallel import DistributedDataParallel
 from torch.utils.data import DataLoader
 
-from loader import Pack, Stream, StreamingDataset
+from shardstream.loader import Pack, Stream, StreamingDataset
 
 VOCAB = 512
 BLOCK = 129  # tokens a block: 128 inputs and their next tokens

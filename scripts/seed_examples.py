@@ -4,7 +4,7 @@ The examples in scripts/seed_examples/ are byte-for-byte those of the seed docum
 them "against our drop-in" this script changes exactly one line at load time,
 
     from torch.utils.data.distributed import DistributedSampler
- -> from sampler import DistributedSampler
+ -> from shardstream.sampler import DistributedSampler
 
 and, on a machine without CUDA, the examples' backend='nccl' becomes backend='gloo'.
 Examples 1 and 2 call init_process_group, so they run under torchrun with 2 processes.
@@ -30,7 +30,7 @@ EXAMPLES = {
 }
 NEEDS_PROCESS_GROUP = {1, 2}
 TORCH_IMPORT = "from torch.utils.data.distributed import DistributedSampler"
-OUR_IMPORT = "from sampler import DistributedSampler"
+OUR_IMPORT = "from shardstream.sampler import DistributedSampler"
 
 
 def example_source(number: int, impl: str) -> str:

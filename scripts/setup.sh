@@ -23,4 +23,4 @@ fi
 # the modules compiled once here: where PYTHONDONTWRITEBYTECODE is set (as on our machines)
 # an editable install would otherwise compile every module in every fresh process (and
 # DataLoader worker): ~0.2 s a start, measured
-.venv/bin/python -m compileall -q loader sampler >/dev/null
+.venv/bin/python -m compileall -q loader sampler scripts/plan >/dev/null

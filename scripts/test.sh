@@ -6,5 +6,5 @@ cd "$(dirname "$0")/.."
 bash scripts/setup.sh test
 .venv/bin/ruff check .
 .venv/bin/ruff format --check .
-.venv/bin/mypy
+bash scripts/typecheck.sh
 .venv/bin/python -m pytest "$@"

@@ -104,7 +104,7 @@ def judge(case: dict[str, Any], want: Any) -> dict[str, Any]:
     """Read the case with the loader and compare with pyarrow's `want`."""
     import pyarrow as pa
 
-    from loader import ShardError, StreamingDataset
+    from shardstream.loader import ShardError, StreamingDataset
 
     url, batch = case["url"], case["batch"]
     readable = isinstance(want, pa.Table)

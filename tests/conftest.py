@@ -17,7 +17,7 @@ from pathlib import Path
 
 import pytest
 
-from scripts.emulators import free_port, running
+from tests.emulators import free_port, running
 
 REPO = Path(__file__).resolve().parents[1]
 
@@ -98,7 +98,7 @@ def s3(s3_endpoint: str, monkeypatch: pytest.MonkeyPatch) -> Iterator[S3]:
 @pytest.fixture(scope="session")
 def gcs_endpoint() -> Iterator[str]:
     """URL of a gcp-storage-emulator started for this test session."""
-    from scripts.emulators import gcs_emulator
+    from tests.emulators import gcs_emulator
 
     with gcs_emulator() as url:
         yield url
@@ -107,7 +107,7 @@ def gcs_endpoint() -> Iterator[str]:
 @pytest.fixture(scope="session")
 def azurite_endpoint() -> Iterator[str]:
     """URL of an Azurite blob service started for this test session."""
-    from scripts.emulators import azurite
+    from tests.emulators import azurite
 
     with azurite() as url:
         yield url

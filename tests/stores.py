@@ -11,7 +11,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from scripts.emulators import AZURITE_KEY, azurite_connection_string
+from tests.emulators import AZURITE_KEY, azurite_connection_string
 
 _names = itertools.count()
 

@@ -15,9 +15,9 @@ import pyarrow.parquet as pq
 import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
-from shardstream_scripts.plan_shards import main
 
-from sampler.advice import (
+from shardstream.plan.cli import main
+from shardstream.sampler.advice import (
     MIN_GROUP_BYTES,
     advise,
     fetched_rows,
@@ -27,7 +27,7 @@ from sampler.advice import (
     records_needed,
     worst_amplification,
 )
-from sampler.planning import all_plans
+from shardstream.sampler.planning import all_plans
 
 # --- the arithmetic --------------------------------------------------------------------
 

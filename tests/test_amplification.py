@@ -13,8 +13,8 @@ import pandas as pd
 import pyarrow.parquet as pq
 import pytest
 
-from loader import StreamingDataset
-from loader.read.amplification import job_amplification
+from shardstream.loader import StreamingDataset
+from shardstream.loader.read.amplification import job_amplification
 from tests import rowdata
 
 
@@ -28,7 +28,7 @@ def _write(folder: Path, shards: int, rows: int, row_group_size: int) -> str:
 
 def _warnings(ds: StreamingDataset, caplog: pytest.LogCaptureFixture, epochs: int) -> list[str]:
     """The read-amplification warnings of reading `epochs` epochs of `ds` (each whole)."""
-    with caplog.at_level(logging.WARNING, logger="loader"):
+    with caplog.at_level(logging.WARNING, logger="shardstream.loader"):
         for epoch in range(epochs):
             ds.set_epoch(epoch)
             assert len(list(ds)) == len(ds)
@@ -79,7 +79,7 @@ def test_the_worst_worker_of_any_rank_is_warned_about(
     # the real run: DataLoader workers in a fresh process, what its log says
     script = (
         "import logging, sys; from torch.utils.data import DataLoader; "
-        "from loader import StreamingDataset; logging.basicConfig(); "
+        "from shardstream.loader import StreamingDataset; logging.basicConfig(); "
         "ds = StreamingDataset(sys.argv[1], shuffle=False); "
         "loader = DataLoader(ds, batch_size=100, num_workers=4); "
         "print(sum(len(b['id']) for b in loader))"

@@ -11,7 +11,7 @@ import pyarrow as pa
 import pyarrow.feather as feather
 import pytest
 
-from loader import MixtureDataset, ShardError, ShardIndex, Stream, StreamingDataset
+from shardstream.loader import MixtureDataset, ShardError, ShardIndex, Stream, StreamingDataset
 from tests.helpers import check_resume
 
 
@@ -149,7 +149,7 @@ def test_dictionaries_read_as_their_values_in_any_order(
 ) -> None:
     """Each batch read alone (shuffled, over two ranks) replays the dictionary messages
     before it: deltas, replacements. Records are pyarrow's, every column."""
-    from loader.formats import parquet_meta
+    from shardstream.loader.formats import parquet_meta
 
     monkeypatch.setattr(parquet_meta, "GROUP_BYTES", 1)  # a read group a record batch
     want = _dictionary_stream(tmp_path / "d.arrow").to_pylist()
@@ -242,7 +242,7 @@ def test_damaged_offsets_are_refused_by_name_not_a_crash(tmp_path: Path) -> None
     data[at + 4 * 150 : at + 4 * 151] = np.int32(1 << 30).tobytes()
     path.write_bytes(bytes(data))
     code = (
-        "from loader import StreamingDataset, ShardError\n"
+        "from shardstream.loader import StreamingDataset, ShardError\n"
         "try:\n"
         f"    list(StreamingDataset({str(path)!r}, shuffle=False))\n"
         "except ShardError as e:\n"

@@ -8,8 +8,8 @@ import numpy as np
 import pyarrow as pa
 import torch
 
-from loader.columns.batching import column_to_batch, regroup
-from loader.columns.gather import Block, gather
+from shardstream.loader.columns.batching import column_to_batch, regroup
+from shardstream.loader.columns.gather import Block, gather
 
 
 def values(col: Any) -> list[Any]:

@@ -18,11 +18,11 @@ from typing import Any
 import pytest
 from fsspec.implementations.local import LocalFileSystem
 
-import loader.cache.node
-from loader import ShardIndex, StaleIndexError, StreamingDataset
-from loader.cache.holdings import COUNT
-from loader.cache.node import NodeCache, parse_size
-from scripts.s3proxy import counting_proxy
+from shardstream.loader import ShardIndex, StaleIndexError, StreamingDataset
+from shardstream.loader.cache import node as cache_node
+from shardstream.loader.cache.holdings import COUNT
+from shardstream.loader.cache.node import NodeCache, parse_size
+from tests.s3proxy import counting_proxy
 
 from .conftest import REPO
 from .datagen import record_id, write_dataset
@@ -34,7 +34,7 @@ BLOCK_FILE = re.compile(r"^[0-9a-f]{32}-\d+-\d+\.blk$")
 @pytest.fixture
 def small_blocks(monkeypatch: pytest.MonkeyPatch) -> int:
     """Blocks of 16 KiB, so the test shards (~100 KB to 1 MB) are several blocks each."""
-    monkeypatch.setattr(loader.cache.node, "BLOCK", 16384)
+    monkeypatch.setattr(cache_node, "BLOCK", 16384)
     return 16384
 
 
@@ -153,7 +153,7 @@ def test_a_damaged_block_is_fetched_again_and_never_decoded(
         flipped.write_bytes(bytes(data))
         cut.write_bytes(cut.read_bytes()[:-7])
         before = proxy.object_bytes
-        with caplog.at_level(logging.WARNING, logger="loader.cache.node"):
+        with caplog.at_level(logging.WARNING, logger="shardstream.loader.cache.node"):
             assert node_epoch(url, options, tmp_path / "n", 1) == want
         refetched = proxy.object_bytes - before
     damaged = [r.getMessage() for r in caplog.records if "is damaged" in r.getMessage()]
@@ -165,7 +165,7 @@ def test_a_damaged_block_is_fetched_again_and_never_decoded(
 KILLER = """
 import os, sys
 sys.path.insert(0, {repo!r})
-from loader import StreamingDataset
+from shardstream.loader import StreamingDataset
 real = os.replace
 def dies(src, dst):  # the process is killed after writing a block, before renaming it
     open(src, "ab").close()
@@ -345,7 +345,7 @@ def test_bad_cache_limits_are_named(value: Any) -> None:
 def test_a_mixture_stream_has_its_own_cache(s3: Any, tmp_path: Path) -> None:
     """Stream(cache_dir=...): the stream's bytes come from its folder in the next epoch;
     a stream without one (and no dataset-wide cache_dir) is read from S3 every epoch."""
-    from loader import Stream
+    from shardstream.loader import Stream
 
     fs = s3.fs()
     fs.mkdir("mix")

@@ -13,10 +13,10 @@ from typing import Any
 
 import pytest
 
-import loader.cache.files as files
-from loader import StaleIndexError, StreamingDataset
-from loader.cache.files import PIECE, read_block, write_block
-from loader.cache.remote import listing_pays
+import shardstream.loader.cache.files as files
+from shardstream.loader import StaleIndexError, StreamingDataset
+from shardstream.loader.cache.files import PIECE, read_block, write_block
+from shardstream.loader.cache.remote import listing_pays
 
 from .datagen import record_id, write_dataset
 

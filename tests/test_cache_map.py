@@ -18,13 +18,13 @@ import pyarrow.dataset as pads
 import pyarrow.parquet as pq
 import pytest
 
-import loader.cache.node
-from loader import ShardIndex, StreamingDataset
-from loader.cache.files import check_open, write_block
-from loader.cache.mapped import map_blocks
-from loader.cache.node import NodeCache
-from loader.formats.parquet_local import OpenFiles
-from loader.storage.through import reading_shard
+from shardstream.loader import ShardIndex, StreamingDataset
+from shardstream.loader.cache import node as cache_node
+from shardstream.loader.cache.files import check_open, write_block
+from shardstream.loader.cache.mapped import map_blocks
+from shardstream.loader.cache.node import NodeCache
+from shardstream.loader.formats.parquet_local import OpenFiles
+from shardstream.loader.storage.through import reading_shard
 
 from .datagen import write_dataset
 
@@ -34,21 +34,21 @@ SIZES = [300, 0, 410, 170, 350, 90]
 
 @pytest.fixture
 def small_blocks(monkeypatch: pytest.MonkeyPatch) -> None:
-    monkeypatch.setattr(loader.cache.node, "BLOCK", BLOCK)
+    monkeypatch.setattr(cache_node, "BLOCK", BLOCK)
 
 
 @pytest.fixture
 def maps(monkeypatch: pytest.MonkeyPatch) -> list[tuple[str, bool]]:
     """(url, whether a map was made) of each shard a reading thread opened from the cache."""
     seen: list[tuple[str, bool]] = []
-    real = loader.cache.node.NodeCache.mapped
+    real = cache_node.NodeCache.mapped
 
     def recorded(self: Any, url: str, indexed: Any, end: int) -> Any:
         got = real(self, url, indexed, end)
         seen.append((url, got is not None))
         return got
 
-    monkeypatch.setattr(loader.cache.node.NodeCache, "mapped", recorded)
+    monkeypatch.setattr(cache_node.NodeCache, "mapped", recorded)
     return seen
 
 
@@ -135,7 +135,7 @@ def test_a_damaged_block_is_fetched_again_not_mapped(
         byte = f.read(1)
         f.seek(100)
         f.write(bytes([byte[0] ^ 0xFF]))
-    with caplog.at_level(logging.WARNING, logger="loader.cache.node"):
+    with caplog.at_level(logging.WARNING, logger="shardstream.loader.cache.node"):
         got, ds = epoch(s3, url, tmp_path / "n", 1)
     assert any("is damaged" in r.getMessage() for r in caplog.records)
     by_id = rows(s3)

@@ -13,10 +13,11 @@ import pyarrow.dataset as pads
 import pytest
 import torch
 
-import loader.formats.parquet
-from loader import ShardIndex, StreamingDataset
-from loader.formats.parquet_meta import FooterCache
-from scripts.s3proxy import counting_proxy
+from shardstream.loader import ShardIndex, StreamingDataset
+from shardstream.loader.cache import node as cache_node
+from shardstream.loader.formats import parquet as formats_parquet
+from shardstream.loader.formats.parquet_meta import FooterCache
+from tests.s3proxy import counting_proxy
 
 from .datagen import write_dataset
 
@@ -27,9 +28,8 @@ READING_THREAD = "shardstream-read"
 @pytest.fixture
 def small_blocks(monkeypatch: pytest.MonkeyPatch) -> int:
     """Blocks of 16 KiB, so the test shards (~100-400 KB) are several blocks each."""
-    import loader.cache.node
 
-    monkeypatch.setattr(loader.cache.node, "BLOCK", 16384)
+    monkeypatch.setattr(cache_node, "BLOCK", 16384)
     return 16384
 
 
@@ -118,7 +118,7 @@ def test_every_byte_a_reading_fetches_is_counted_in_a_fresh_process(
     `bytes_fetched` (the footers once fetched uncounted at the reading's start, one by one)."""
     index = ShardIndex.build(upload(s3), storage_options=s3.storage_options)
     for epoch in range(2):
-        monkeypatch.setattr(loader.formats.parquet, "FOOTERS", FooterCache(1 << 20))
+        monkeypatch.setattr(formats_parquet, "FOOTERS", FooterCache(1 << 20))
         with counting_proxy(s3.endpoint_url) as proxy:
             options = {"client_kwargs": {"endpoint_url": proxy.url}}
             ds = dataset(index, options, tmp_path / "n", epoch)
@@ -140,7 +140,7 @@ def test_footers_the_node_cache_holds_are_read_from_it(
     saved = tmp_path / "index.arrow"
     ShardIndex.build(url, storage_options=s3.storage_options).save(str(saved))
     for epoch in range(2):  # a fresh process each: no footer in memory
-        monkeypatch.setattr(loader.formats.parquet, "FOOTERS", FooterCache(1 << 20))
+        monkeypatch.setattr(formats_parquet, "FOOTERS", FooterCache(1 << 20))
         if epoch == 0:  # "another rank" of the node fills the cache
             list(dataset(ShardIndex.load(str(saved)), s3.storage_options, tmp_path / "n", 0))
     ds = dataset(ShardIndex.load(str(saved)), s3.storage_options, tmp_path / "n", 1)

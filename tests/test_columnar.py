@@ -15,11 +15,11 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 import pytest
 
-from loader import ShardIndex, StreamingDataset
-from loader.formats.tar_members import Members
-from loader.index.build import Hint, Listing, discover
-from loader.index.saved import TABLE_VERSION
-from loader.storage.filesystems import FileEntry
+from shardstream.loader import ShardIndex, StreamingDataset
+from shardstream.loader.formats.tar_members import Members
+from shardstream.loader.index.build import Hint, Listing, discover
+from shardstream.loader.index.saved import TABLE_VERSION
+from shardstream.loader.storage.filesystems import FileEntry
 
 from .datagen import SIZES, parquet_table, record_id, write_dataset
 

@@ -17,8 +17,8 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 import pytest
 
-from loader import ShardError, StreamingDataset
-from loader.storage.ranged_get import RangeIgnoredError
+from shardstream.loader import ShardError, StreamingDataset
+from shardstream.loader.storage.ranged_get import RangeIgnoredError
 from tests.conftest import moto_server
 from tests.corpora import (
     batch_columns,

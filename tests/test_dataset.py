@@ -13,8 +13,8 @@ import pytest
 import torch
 from torch.utils.data import DataLoader
 
-from loader import ShardIndex, StreamingDataset
-from sampler import ShardSampler
+from shardstream.loader import ShardIndex, StreamingDataset
+from shardstream.sampler import ShardSampler
 
 from .datagen import SIZES, record_id, write_dataset
 
@@ -179,7 +179,7 @@ def test_bad_arguments(tmp_path: Path, kwargs: dict, message: str) -> None:
 def test_bytes_fetched_counts_the_row_groups_read(
     request: pytest.FixtureRequest, storage: str, tmp_path: Path
 ) -> None:
-    from loader.storage.retry import bytes_fetched
+    from shardstream.loader.storage.retry import bytes_fetched
 
     s3 = request.getfixturevalue("s3") if storage == "s3" else None
     url, options = make_source(storage, "parquet", tmp_path, s3)
@@ -194,7 +194,7 @@ def test_bytes_fetched_counts_the_row_groups_read(
 
 def test_a_rank_fetches_about_its_share_of_the_bytes(s3: Any) -> None:
     """A rank of 16 over 8 Parquet shards: ~1/16 of the bytes, index building included."""
-    from scripts.s3proxy import counting_proxy
+    from tests.s3proxy import counting_proxy
 
     fs = s3.fs()
     fs.mkdir("big")

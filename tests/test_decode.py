@@ -15,7 +15,7 @@ import webdataset as wds
 from PIL import Image
 from torch.utils.data import DataLoader
 
-from loader import ShardError, StreamingDataset
+from shardstream.loader import ShardError, StreamingDataset
 
 N = 6
 

@@ -11,7 +11,7 @@ import numpy as np
 import pytest
 import torch.utils.data.distributed as tud
 
-from sampler import DistributedSampler
+from shardstream.sampler import DistributedSampler
 
 from .conftest import REPO, torchrun
 

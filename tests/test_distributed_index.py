@@ -11,9 +11,9 @@ from typing import Any
 import fsspec
 import pytest
 
-from loader import ShardError, ShardIndex
-from loader.index.build import discover, shares
-from loader.index.distributed import build_parallel
+from shardstream.loader import ShardError, ShardIndex
+from shardstream.loader.index.build import discover, shares
+from shardstream.loader.index.distributed import build_parallel
 
 from .conftest import REPO, torchrun
 from .datagen import write_dataset
@@ -76,10 +76,10 @@ def test_ranks_build_one_index_and_share_failures(tmp_path: Path) -> None:
 
 
 def test_worker_processes_build_the_same_index(tmp_path: Path, monkeypatch: Any) -> None:
-    from loader.index import build
+    from shardstream.loader.index import build
 
     monkeypatch.setattr(build, "SCAN_BATCH", 2)
-    import loader.index.distributed as di
+    import shardstream.loader.index.distributed as di
 
     monkeypatch.setattr(di, "SCAN_BATCH", 2)
     write_dataset(LOCAL, str(tmp_path / "p"), "parquet")
@@ -95,8 +95,8 @@ def test_worker_processes_build_the_same_index(tmp_path: Path, monkeypatch: Any)
 
 @pytest.mark.parametrize("parts", [1, 2, 3, 8])
 def test_shares_are_disjoint_contiguous_and_of_about_equal_cost(parts: int) -> None:
-    from loader.index.build import REQUEST_BYTES, Hint, Listing
-    from loader.storage.filesystems import FileEntry
+    from shardstream.loader.index.build import REQUEST_BYTES, Hint, Listing
+    from shardstream.loader.storage.filesystems import FileEntry
 
     sizes = [(i * 7919) % 5_000_000 for i in range(200)]
     entries = [FileEntry(f"s{i}.tar", n, None) for i, n in enumerate(sizes)]

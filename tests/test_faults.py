@@ -11,8 +11,8 @@ from typing import Any
 import pytest
 from torch.utils.data import DataLoader
 
-from loader import RetryPolicy, ShardError, ShardIndex, StreamingDataset
-from scripts.s3proxy import Faults, counting_proxy
+from shardstream.loader import RetryPolicy, ShardError, ShardIndex, StreamingDataset
+from tests.s3proxy import Faults, counting_proxy
 
 from .conftest import free_port
 from .datagen import record_id, write_dataset

@@ -15,8 +15,8 @@ from pathlib import Path
 
 import pytest
 
-from sampler import ShardSampler
-from sampler.keyed import derive_key, permute
+from shardstream.sampler import ShardSampler
+from shardstream.sampler.keyed import derive_key, permute
 
 GOLDEN = Path(__file__).parent / "data" / "golden_shard_sampler.json"
 

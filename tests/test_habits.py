@@ -17,7 +17,7 @@ import webdataset as wds
 from PIL import Image
 from torch.utils.data import DataLoader
 
-from loader import ShardError, Stream, StreamingDataset
+from shardstream.loader import ShardError, Stream, StreamingDataset
 from tests.conftest import S3
 from tests.datagen import SIZES, record_id, write_dataset
 

@@ -13,9 +13,9 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 import pytest
 
-from loader import ShardError, ShardIndex, StaleIndexError, StreamingDataset
-from loader.formats.parquet_meta import TAIL
-from scripts.s3proxy import counting_proxy
+from shardstream.loader import ShardError, ShardIndex, StaleIndexError, StreamingDataset
+from shardstream.loader.formats.parquet_meta import TAIL
+from tests.s3proxy import counting_proxy
 
 from .datagen import SIZES, parquet_table, record_id, write_dataset
 
@@ -188,7 +188,7 @@ def test_building_reads_only_parquet_footers(s3: Any) -> None:
 
 
 def test_footers_longer_than_the_tail_read(tmp_path: Path, monkeypatch: Any) -> None:
-    from loader.formats import parquet, parquet_meta
+    from shardstream.loader.formats import parquet, parquet_meta
 
     write_dataset(LOCAL, str(tmp_path), "parquet")
     want = ShardIndex.build(str(tmp_path))
@@ -201,7 +201,7 @@ def test_footers_longer_than_the_tail_read(tmp_path: Path, monkeypatch: Any) -> 
 
 
 def test_footer_cache_is_bounded_by_bytes(tmp_path: Path) -> None:
-    from loader.formats.parquet_meta import FooterCache
+    from shardstream.loader.formats.parquet_meta import FooterCache
 
     paths = write_dataset(LOCAL, str(tmp_path), "parquet")
     meta = pq.read_metadata(paths[0])
@@ -233,8 +233,8 @@ def test_reading_a_changed_shard_raises_stale_index(tmp_path: Path, workers: int
 
 
 def test_s3_clients_keep_64_connections(s3: Any) -> None:
-    from loader.storage.filesystems import filesystem
-    from loader.storage.ranged_get import S3_CONCURRENCY
+    from shardstream.loader.storage.filesystems import filesystem
+    from shardstream.loader.storage.ranged_get import S3_CONCURRENCY
 
     # botocore's default pool of 10 made 64 concurrent footer reads wait for each other:
     # indexing N shards took N / 10 round trips (bench_index.py --only latency)
@@ -252,7 +252,7 @@ def test_a_dataset_made_again_reads_no_footer_but_a_rewritten_shard_is_read(
     version): a dataset made again in the process reads no footer, and a shard written
     again (another size, or the same size at another time) is indexed afresh, never from
     what the old file held."""
-    from loader.storage.retry import bytes_fetched
+    from shardstream.loader.storage.retry import bytes_fetched
 
     def write(name: str, ids: range, text: str) -> None:
         table = pa.table({"id": list(ids), "text": [f"{text}{i:04d}" for i in ids]})

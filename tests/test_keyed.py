@@ -7,7 +7,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from sampler.keyed import derive_key, derive_keys, mix64, permute, unit_floats
+from shardstream.sampler.keyed import derive_key, derive_keys, mix64, permute, unit_floats
 
 
 @pytest.mark.parametrize("n", [*range(0, 70), 255, 256, 257, 1000, 4097, 65536, 99991])

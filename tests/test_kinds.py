@@ -13,7 +13,7 @@ import pytest
 import torch
 from torch.utils.data import DataLoader
 
-from loader import ShardError, StreamingDataset
+from shardstream.loader import ShardError, StreamingDataset
 
 
 def batches(source: Any, **kw: Any) -> list[dict[str, Any]]:
@@ -140,7 +140,7 @@ def test_a_tensor_view_of_a_sliced_list_array_holds_its_own_rows(kind: pa.DataTy
     """The view reads a list array's values through its offsets (or its fixed size): a
     slice of an array (a piece that starts inside a row group), whose values begin inside
     the buffer, is viewed as its own rows, not the array's first ones."""
-    from loader.columns.kinds import tensor_view
+    from shardstream.loader.columns.kinds import tensor_view
 
     rows = [[3 * i, 3 * i + 1, 3 * i + 2] for i in range(10)]
     arr = pa.array(rows, type=kind)

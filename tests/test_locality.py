@@ -11,8 +11,8 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 from torch.utils.data import DataLoader
 
-from loader import StreamingDataset
-from sampler import ShardSampler, distinct_per_batch
+from shardstream.loader import StreamingDataset
+from shardstream.sampler import ShardSampler, distinct_per_batch
 
 from .datagen import record_id, write_dataset
 from .helpers import check_resume, take
@@ -193,7 +193,7 @@ def test_a_mixture_keeps_each_streams_node_records(tmp_path) -> None:
     node reads the same records of each stream every epoch, equal counts on all ranks."""
     from fsspec.implementations.local import LocalFileSystem
 
-    from loader import Stream
+    from shardstream.loader import Stream
 
     fs = LocalFileSystem()
     write_dataset(fs, str(tmp_path / "a"), "parquet", sizes=[60, 45, 33])

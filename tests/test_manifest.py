@@ -11,10 +11,10 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 import pytest
 
-from loader import ShardIndex, StaleIndexError, StreamingDataset
-from loader.errors import StaleSidecarError
-from loader.formats.parquet_meta import SCANS
-from scripts.s3proxy import counting_proxy
+from shardstream.loader import ShardIndex, StaleIndexError, StreamingDataset
+from shardstream.loader.errors import StaleSidecarError
+from shardstream.loader.formats.parquet_meta import SCANS
+from tests.s3proxy import counting_proxy
 
 from .datagen import SIZES, record_id, write_dataset
 
@@ -133,7 +133,7 @@ def test_a_parquet_manifest_needs_url_and_size(tmp_path: Path) -> None:
 
 _FRESH = """
 import json, sys
-from loader import ShardIndex, StreamingDataset
+from shardstream.loader import ShardIndex, StreamingDataset
 from tests.datagen import record_id
 ids = {m: sorted(record_id(r) for r in StreamingDataset(m, seed=2)) for m in sys.argv[1:]}
 sizes = {m: ShardIndex.build(m).shard_sizes.tolist() for m in sys.argv[1:]}

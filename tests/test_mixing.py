@@ -6,8 +6,8 @@ import numpy as np
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from sampler.keyed import unit_floats
-from sampler.mixing import block_order, distinct_per_batch
+from shardstream.sampler.keyed import unit_floats
+from shardstream.sampler.mixing import block_order, distinct_per_batch
 
 
 def reference_order(sizes: list[int], keys: list[int]) -> list[tuple[int, int]]:

@@ -18,8 +18,8 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 from torch.utils.data import DataLoader
 
-from loader import Stream, StreamingDataset
-from sampler import MixtureSampler
+from shardstream.loader import Stream, StreamingDataset
+from shardstream.sampler import MixtureSampler
 
 from .helpers import check_resume, take
 
@@ -354,7 +354,7 @@ def test_streams_share_one_decoding_pool(root: Path, monkeypatch: pytest.MonkeyP
     threads, more than the cores."""
     import threading
 
-    from loader.read import plan_reader as pipeline
+    from shardstream.loader.read import plan_reader as pipeline
 
     threads: set[int] = set()
     decode = pipeline.PlanReader.decode
@@ -380,7 +380,7 @@ def test_a_list_of_streams_makes_a_mixture_in_a_fresh_interpreter(tmp_path: Path
     for k in range(2):
         pq.write_table(pa.table({"id": np.arange(k * 10, k * 10 + 10)}), tmp_path / f"{k}.parquet")
     code = (
-        "import sys; from loader import Stream, StreamingDataset; "
+        "import sys; from shardstream.loader import Stream, StreamingDataset; "
         f"ds = StreamingDataset([Stream({str(tmp_path / '0.parquet')!r}), "
         f"Stream({str(tmp_path / '1.parquet')!r})], shuffle=False); "
         "print(type(ds).__name__, sorted(int(r['id']) for r in ds))"
@@ -400,8 +400,8 @@ def test_local_streams_share_one_reading_thread(
     leaves; each record is still its file's row, every column."""
     import threading
 
-    from loader.formats.parquet import ParquetFormat
-    from loader.read import readahead
+    from shardstream.loader.formats.parquet import ParquetFormat
+    from shardstream.loader.read import readahead
 
     readers: set[int] = set()
     real = ParquetFormat.read_local
@@ -412,7 +412,9 @@ def test_local_streams_share_one_reading_thread(
         return real(self, fs, got)
 
     monkeypatch.setattr(ParquetFormat, "read_local", spy)
-    monkeypatch.setattr("loader.formats.parquet_meta.GROUP_BYTES", 1)  # a row group a group
+    monkeypatch.setattr(
+        "shardstream.loader.formats.parquet_meta.GROUP_BYTES", 1
+    )  # a row group a group
     want = {
         r["id"]: r for p in sorted(root.glob("*/*.parquet")) for r in pq.read_table(p).to_pylist()
     }

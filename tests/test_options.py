@@ -14,8 +14,8 @@ import pytest
 import torch
 from PIL import Image
 
-from loader import Stream, StreamingDataset
-from loader.cursor import rows_of
+from shardstream.loader import Stream, StreamingDataset
+from shardstream.loader.cursor import rows_of
 
 
 @pytest.fixture

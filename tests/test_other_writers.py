@@ -19,7 +19,7 @@ import pyarrow.parquet as pq
 import pytest
 import torch
 
-from loader import ShardError, ShardIndex, StreamingDataset
+from shardstream.loader import ShardError, ShardIndex, StreamingDataset
 
 
 def rows_of(ds: Any) -> list[tuple[Any, ...]]:
@@ -117,7 +117,7 @@ def test_other_files_are_skipped_with_a_warning(
     for name in ("b.csv", "c.npy", "d.tar.zst"):
         (tmp_path / name).write_bytes(b"x")
     (tmp_path / "train.index.json").write_text("{}")  # a saved index: no warning
-    with caplog.at_level(logging.WARNING, logger="loader"):
+    with caplog.at_level(logging.WARNING, logger="shardstream.loader"):
         ShardIndex.build(str(tmp_path))
     (warning,) = [r.getMessage() for r in caplog.records if r.levelno == logging.WARNING]
     assert "skipped 3 file(s) that are not shards" in warning

@@ -22,7 +22,7 @@ import torch
 from torch.utils.data import DataLoader
 from torchdata.stateful_dataloader import StatefulDataLoader
 
-from loader import Pack, ShardError, ShardIndex, Stream, StreamingDataset
+from shardstream.loader import Pack, ShardError, ShardIndex, Stream, StreamingDataset
 
 STRIDE = 4096  # token = STRIDE * document + place in the document
 EOS, BOS = -1, -2

@@ -17,13 +17,13 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from loader.errors import StaleIndexError
-from loader.tokens.pack import Pack
-from loader.tokens.packer import pack_run
-from loader.tokens.rows import TokenRows
-from sampler.epoch import worker_span
-from sampler.packing import PackLine, blocks_per_rank, dropped
-from sampler.planning import span_plan
+from shardstream.loader.errors import StaleIndexError
+from shardstream.loader.tokens.pack import Pack
+from shardstream.loader.tokens.packer import pack_run
+from shardstream.loader.tokens.rows import TokenRows
+from shardstream.sampler.epoch import worker_span
+from shardstream.sampler.packing import PackLine, blocks_per_rank, dropped
+from shardstream.sampler.planning import span_plan
 
 STRIDE = 1000  # token = STRIDE * document + place: every token names its place
 
@@ -183,7 +183,7 @@ def test_gathered_documents_are_what_arrow_takes(groups: list[Any], data: Any) -
     alike; null rows are empty documents."""
     import pyarrow as pa
 
-    from loader.tokens.rows import TokenBlock, gather_rows
+    from shardstream.loader.tokens.rows import TokenBlock, gather_rows
 
     tables = [pa.table({"t": pa.array(g, pa.list_(pa.int32()))}) for g in groups]
     blocks = [TokenBlock([t], "t") for t in tables]
@@ -212,7 +212,7 @@ def test_token_mixtures_count_blocks_by_weight(
     k an epoch, within one block of its weight's share (a block is `length` tokens, so the
     tokens' share is within one block too), and each rank's blocks of a pass are one
     contiguous run of the pass's block line, disjoint across ranks."""
-    from sampler import MixtureSampler
+    from shardstream.sampler import MixtureSampler
 
     weights = weights[: len(blocks)]
     if any(b < replicas for b in blocks):

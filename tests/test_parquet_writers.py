@@ -14,7 +14,7 @@ import pyarrow.dataset as pads
 import pyarrow.parquet as pq
 import pytest
 
-from loader import ShardError, ShardIndex, StreamingDataset
+from shardstream.loader import ShardError, ShardIndex, StreamingDataset
 
 
 def records(source: Any, **kw: Any) -> list[dict[str, Any]]:

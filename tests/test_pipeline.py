@@ -14,10 +14,10 @@ import fsspec
 import pytest
 from torch.utils.data import DataLoader
 
-from loader import ShardIndex, StaleIndexError, StreamingDataset
-from loader.formats import parquet_meta
-from loader.read.plan_reader import MemoryBudget, PlanReader
-from sampler import ShardSampler
+from shardstream.loader import ShardIndex, StaleIndexError, StreamingDataset
+from shardstream.loader.formats import parquet_meta
+from shardstream.loader.read.plan_reader import MemoryBudget, PlanReader
+from shardstream.sampler import ShardSampler
 
 from .datagen import record_id, write_dataset
 from .helpers import check_resume
@@ -107,7 +107,7 @@ def test_decoding_threads_read_the_same_order(
     Parquet is decoded by pyarrow's scanner (loader.read.scanning), whatever they say, and
     checked and shaped in the consumer: forced on, the reading is the same, in the same
     order, and a failing read still names its shard."""
-    from loader.read import decoding, reading
+    from shardstream.loader.read import decoding, reading
 
     url, options = source(request, tmp_path, storage, "threads")
 
@@ -206,7 +206,7 @@ def test_with_no_budget_only_the_groups_needed_are_read(tmp_path: Path, monkeypa
     write_dataset(fs, str(tmp_path / "d"), "parquet", [4000] * 4, row_group_size=1000)
     index = ShardIndex.build(str(tmp_path / "d"))
     ds = StreamingDataset(index, batch_size=8, memory_budget=0, window=4)
-    from loader.storage.retry import bytes_fetched
+    from shardstream.loader.storage.retry import bytes_fetched
 
     before = bytes_fetched()
     first = next(iter(ds))
@@ -274,7 +274,7 @@ def test_a_shards_groups_are_fetched_together_from_s3(s3: Any) -> None:
     """Off local disk, the groups of a shard that are started together are fetched in one
     coalesced read (object stores want fewer, larger requests), each still decoded alone;
     the reading's first group alone."""
-    from scripts.s3proxy import counting_proxy
+    from tests.s3proxy import counting_proxy
 
     fs = s3.fs()
     fs.mkdir("merged")

@@ -11,8 +11,8 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from sampler import ShardSampler, distinct_per_batch
-from sampler.plan import Plan
+from shardstream.sampler import ShardSampler, distinct_per_batch
+from shardstream.sampler.plan import Plan
 
 
 def split(size: int, cuts: list[int]) -> list[int]:

@@ -8,10 +8,10 @@ from typing import Any
 
 import numpy as np
 import pytest
-from shardstream_scripts.plan_cache import simulate
-from shardstream_scripts.plan_shards import main
 
-from sampler import ShardSampler
+from shardstream.plan.cache import simulate
+from shardstream.plan.cli import main
+from shardstream.sampler import ShardSampler
 
 
 def reads(*epochs: list[tuple[int, float]]) -> list[tuple[np.ndarray, np.ndarray, np.ndarray]]:

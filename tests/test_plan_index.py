@@ -10,10 +10,13 @@ from typing import Any
 
 import fsspec
 import pytest
-from shardstream_scripts.plan_shards import main
 
-from loader import ShardIndex
-from loader.storage.filesystems import list_files
+from shardstream.loader import ShardIndex
+from shardstream.loader.index import build as index_build
+from shardstream.loader.index import distributed as index_distributed
+from shardstream.loader.storage import filesystems
+from shardstream.loader.storage.filesystems import list_files
+from shardstream.plan.cli import main
 
 from .datagen import SIZES, write_dataset
 
@@ -24,11 +27,9 @@ LOCAL = fsspec.filesystem("file")
 def test_index_workers_plan_what_one_process_plans(
     capsys: pytest.CaptureFixture[str], tmp_path: Path, monkeypatch: Any
 ) -> None:
-    import loader.index.build
-    import loader.index.distributed
 
-    monkeypatch.setattr(loader.index.build, "SCAN_BATCH", 2)  # 3 batches for 2 processes
-    monkeypatch.setattr(loader.index.distributed, "SCAN_BATCH", 2)
+    monkeypatch.setattr(index_build, "SCAN_BATCH", 2)  # 3 batches for 2 processes
+    monkeypatch.setattr(index_distributed, "SCAN_BATCH", 2)
     write_dataset(LOCAL, str(tmp_path / "d"), "parquet")
     args = [str(tmp_path / "d"), "--world-size", "3", "--workers", "4", "--json"]
     assert main(args) == 0
@@ -73,19 +74,18 @@ def test_write_sidecars_then_index_from_them(
 )
 def test_bad_flags(tmp_path: Path, argv: list[str], message: str) -> None:
     write_dataset(LOCAL, str(tmp_path / "d"), "parquet")
-    cmd = [sys.executable, str(REPO / "scripts" / "plan_shards.py"), str(tmp_path / "d")]
+    cmd = [sys.executable, "-m", "shardstream.plan", str(tmp_path / "d")]
     proc = subprocess.run([*cmd, "--world-size", "2", *argv], capture_output=True, text=True)
     assert proc.returncode == 2 and message in proc.stderr and "Traceback" not in proc.stderr
 
 
 def test_s3_listing_reports_progress_page_by_page(s3: Any, monkeypatch: Any) -> None:
-    import loader.storage.filesystems
 
     fs = s3.fs()
     fs.mkdir("lst")
     for i in range(7):
         fs.pipe(f"lst/d/{i:02d}.parquet", b"x")
-    monkeypatch.setattr(loader.storage.filesystems, "LIST_REPORT", 3)
+    monkeypatch.setattr(filesystems, "LIST_REPORT", 3)
     seen: list[int] = []
     found = list_files("s3://lst/d", s3.storage_options, seen.append)
     assert len(found) == 7 and seen == [3, 6, 7]

@@ -1,4 +1,4 @@
-"""scripts/plan_shards.py (the shardstream-plan command): its outputs against the library."""
+"""shardstream.plan (the shardstream-plan command): its outputs against the library."""
 
 from __future__ import annotations
 
@@ -12,10 +12,10 @@ from typing import Any
 
 import fsspec
 import pytest
-from shardstream_scripts.plan_shards import main
 
-from loader import ShardIndex
-from sampler import ShardSampler
+from shardstream.loader import ShardIndex
+from shardstream.plan.cli import main
+from shardstream.sampler import ShardSampler
 
 from .datagen import SIZES, write_dataset
 
@@ -159,7 +159,7 @@ def test_plot(capsys: pytest.CaptureFixture[str], dataset: str, tmp_path: Path) 
     ],
 )
 def test_errors_are_one_line_without_traceback(argv: list[str], message: str) -> None:
-    cmd = [sys.executable, str(REPO / "scripts" / "plan_shards.py"), *argv]
+    cmd = [sys.executable, "-m", "shardstream.plan", *argv]
     proc = subprocess.run(cmd, capture_output=True, text=True)
     assert proc.returncode == 2
     assert message in proc.stderr and "Traceback" not in proc.stderr
@@ -187,7 +187,7 @@ def test_mixture_json_matches_the_sampler(
     write_dataset(fsspec.filesystem("file"), str(tmp_path / "t"), "tar", sizes=[9, 4])
     args = ["--stream", f"pq={dataset}:3", "--stream", f"tar={tmp_path / 't'}:1"]
     doc = run_json(capsys, *args, "--epoch-size", "100", "--world-size", "2", "--workers", "2")
-    from sampler import MixtureSampler
+    from shardstream.sampler import MixtureSampler
 
     m = MixtureSampler([SIZES, [9, 4]], [3.0, 1.0], 100, 2, 0, names=["pq", "tar"])
     assert [s["records_per_rank"] for s in doc["streams"]] == list(m.counts) == [38, 12]
@@ -224,7 +224,7 @@ def test_mixture_table_simulation_and_plot(
     ],
 )
 def test_mixture_argument_errors(argv: list[str], message: str) -> None:
-    cmd = [sys.executable, str(REPO / "scripts" / "plan_shards.py"), *argv]
+    cmd = [sys.executable, "-m", "shardstream.plan", *argv]
     proc = subprocess.run(cmd, capture_output=True, text=True)
     assert proc.returncode == 2 and message in proc.stderr and "Traceback" not in proc.stderr
 
@@ -233,7 +233,7 @@ def test_a_simulated_plan_never_imports_torch() -> None:
     """Planning is numpy only: a simulated plan of 1,000,000 shards over 4,096 ranks runs
     without importing torch (whose import is most of a second or more)."""
     code = (
-        "import sys; from shardstream_scripts.plan_shards import main; "
+        "import sys; from shardstream.plan.cli import main; "
         "rc = main(['--simulate-shards', '1000000', '--world-size', '4096', '--rank', '7', "
         "'--json']); assert rc == 0; print('torch' in sys.modules)"
     )
@@ -251,7 +251,7 @@ def test_pack_figures_match_the_dataset(capsys: pytest.CaptureFixture[str], tmp_
     import pyarrow as pa
     import pyarrow.parquet as pq
 
-    from loader import Pack, StreamingDataset
+    from shardstream.loader import Pack, StreamingDataset
 
     (tmp_path / "d").mkdir()
     for s in range(3):
@@ -273,7 +273,7 @@ def test_pack_figures_match_the_dataset(capsys: pytest.CaptureFixture[str], tmp_
 def test_pack_simulation_at_scale_never_imports_torch() -> None:
     """1,000,000 shards x 4,096 ranks, simulated: closed-form figures, no torch import."""
     code = (
-        "import sys; from shardstream_scripts.plan_shards import main; "
+        "import sys; from shardstream.plan.cli import main; "
         "rc = main(['--simulate-shards', '1000000', '--records-per-shard', '100', "
         "'--tokens-per-document', '500', '--pack-length', '2049', '--eos', '2', "
         "'--world-size', '4096', '--json']); assert rc == 0; print('torch' in sys.modules)"
@@ -298,7 +298,7 @@ def test_pack_simulation_at_scale_never_imports_torch() -> None:
     ],
 )
 def test_pack_argument_errors(argv: list[str], message: str) -> None:
-    cmd = [sys.executable, str(REPO / "scripts" / "plan_shards.py"), *argv]
+    cmd = [sys.executable, "-m", "shardstream.plan", *argv]
     proc = subprocess.run(cmd, capture_output=True, text=True)
     assert proc.returncode == 2 and message in proc.stderr and "Traceback" not in proc.stderr
 
@@ -350,7 +350,7 @@ def test_a_simulation_without_bytes_says_how_to_get_them(
 
 
 def test_help_says_what_each_flag_does() -> None:
-    cmd = [sys.executable, str(REPO / "scripts" / "plan_shards.py"), "--help"]
+    cmd = [sys.executable, "-m", "shardstream.plan", "--help"]
     out = " ".join(subprocess.run(cmd, capture_output=True, text=True, check=True).stdout.split())
     assert "write the index (JSON) here" not in out  # it writes what the suffix says
     assert "an Arrow IPC file for PATH ending in .index.arrow, JSON for .json" in out

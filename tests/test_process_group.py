@@ -21,7 +21,7 @@ from typing import Any
 import pytest
 from torch.utils.data import DataLoader
 
-from loader import StreamingDataset
+from shardstream.loader import StreamingDataset
 from tests import rowdata
 
 from .conftest import REPO, free_port, torchrun

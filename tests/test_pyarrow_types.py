@@ -19,6 +19,7 @@ import pyarrow.feather as feather
 import pyarrow.parquet as pq
 import pytest
 import torch
+
 from shardstream import ShardError, ShardIndex, StaleIndexError, StreamingDataset
 
 

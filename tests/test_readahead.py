@@ -16,8 +16,8 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 import pytest
 
-from loader import ShardError, ShardIndex, StaleIndexError, StreamingDataset
-from loader.formats.parquet import ParquetFormat
+from shardstream.loader import ShardError, ShardIndex, StaleIndexError, StreamingDataset
+from shardstream.loader.formats.parquet import ParquetFormat
 
 
 def _table(first: int, n: int, text: pa.DataType | None = None) -> pa.Table:
@@ -173,7 +173,7 @@ def test_files_rewritten_the_same_size_yield_none_of_their_new_records(tmp_path:
 _FRESH = """
 import sys
 import pyarrow.parquet as pq
-from loader import StreamingDataset
+from shardstream.loader import StreamingDataset
 root = sys.argv[1]
 batches = list(StreamingDataset(root, shuffle=True, seed=1, batch_size=7))
 records = list(StreamingDataset(root, shuffle=False))
@@ -204,7 +204,7 @@ def test_a_fresh_process_reads_local_parquet_without_pandas(tmp_path: Path) -> N
 _LEFT = """
 import sys
 import pyarrow.parquet as pq
-from loader import StreamingDataset
+from shardstream.loader import StreamingDataset
 want = {r["id"]: r for r in pq.read_table(sys.argv[1]).to_pylist()}
 it = iter(StreamingDataset(sys.argv[1], seed=1, batch_size=None if sys.argv[2] == "-" else 5))
 first = next(it)
@@ -233,7 +233,7 @@ def test_a_process_leaving_a_reading_midway_exits_quietly(tmp_path: Path, batch:
 def test_local_reads_decode_into_the_read_pool(tmp_path: Path) -> None:
     # ParquetFile takes no memory pool: its reader is swapped for one made with the pool
     # (a pyarrow whose reader no longer opens so would silently keep mimalloc's growth)
-    from loader.formats.parquet_local import pooled, read_pool
+    from shardstream.loader.formats.parquet_local import pooled, read_pool
 
     path = tmp_path / "part-00000.parquet"
     pq.write_table(_table(0, 3000), path, row_group_size=1000)
@@ -252,8 +252,8 @@ def test_a_local_reading_charges_only_the_groups_its_thread_reads_ahead(
     # 24 shards of 8 groups under a budget that holds them all: a reading starts (charges)
     # only what its thread reads ahead and a few queued, so a mixture's streams sharing one
     # budget each find room for the groups their consumer needs next
-    from loader.read import readahead
-    from loader.read.budget import MemoryBudget
+    from shardstream.loader.read import readahead
+    from shardstream.loader.read.budget import MemoryBudget
 
     _shards(tmp_path, 24, 800, 100)
     charged: list[bool] = []
@@ -264,7 +264,9 @@ def test_a_local_reading_charges_only_the_groups_its_thread_reads_ahead(
         return real(self, n, force)
 
     monkeypatch.setattr(MemoryBudget, "charge", spy)
-    monkeypatch.setattr("loader.formats.parquet_meta.GROUP_BYTES", 1)  # a row group a group
+    monkeypatch.setattr(
+        "shardstream.loader.formats.parquet_meta.GROUP_BYTES", 1
+    )  # a row group a group
     ds = StreamingDataset(str(tmp_path), shuffle=True, seed=4, batch_size=64, memory_budget=1 << 30)
     it = iter(ds)
     first = next(it)

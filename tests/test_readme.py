@@ -152,10 +152,11 @@ class Model(L.LightningModule):
 
 
 model = Model()
-trainer = L.Trainer(accelerator="cpu", devices=1, max_epochs=3, callbacks=[SetEpoch()],
+data = Data()
+trainer = L.Trainer(accelerator="cpu", devices=1, max_epochs=3, callbacks=[SetEpoch(data)],
                     logger=False, enable_checkpointing=False, enable_progress_bar=False,
                     enable_model_summary=False)
-trainer.fit(model, datamodule=Data())
+trainer.fit(model, datamodule=data)
 """
 
 

@@ -13,8 +13,8 @@ import sys
 from pathlib import Path
 
 import pytest
-from shardstream import MixtureDataset, StreamingDataset
 
+from shardstream import MixtureDataset, StreamingDataset
 from tests.test_readme import PRELUDE
 
 REPO = Path(__file__).resolve().parent.parent

@@ -15,8 +15,8 @@ from hypothesis import given
 from hypothesis import strategies as st
 from torch.utils.data import DataLoader
 
-from loader import ShardIndex, StreamingDataset
-from sampler.resume import resume_point
+from shardstream.loader import ShardIndex, StreamingDataset
+from shardstream.sampler.resume import resume_point
 
 from .datagen import SIZES, record_id, write_dataset
 from .helpers import check_resume
@@ -252,7 +252,7 @@ def test_a_resume_does_not_read_what_it_skips(s3: Any) -> None:
     """Resumed at 3/4 of the epoch, a rank fetches about the last quarter of the bytes: the
     plan seeks to its block, and only that block's pieces are read again (the records of a
     block's pieces are shuffled across the whole block)."""
-    from scripts.s3proxy import counting_proxy
+    from tests.s3proxy import counting_proxy
 
     fs = s3.fs()
     fs.mkdir("resume")

@@ -18,7 +18,7 @@ from typing import Any
 import pytest
 from torchdata.stateful_dataloader import StatefulDataLoader
 
-from loader import Stream, StreamingDataset
+from shardstream.loader import Stream, StreamingDataset
 from tests import rowdata
 
 B = 4  # records a batch

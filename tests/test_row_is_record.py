@@ -18,7 +18,7 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 from torch.utils.data import DataLoader
 
-from loader import Stream, StreamingDataset
+from shardstream.loader import Stream, StreamingDataset
 from tests import rowdata
 from tests.helpers import take
 

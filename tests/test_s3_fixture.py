@@ -29,7 +29,7 @@ def test_s3_is_reset_between_tests(s3, attempt: int) -> None:
 def test_shaping_proxy_adds_latency_and_caps_the_rate(s3: Any) -> None:
     import time
 
-    from scripts.s3proxy import Shaping, counting_proxy
+    from tests.s3proxy import Shaping, counting_proxy
 
     fs = s3.fs()
     fs.mkdir("shaped")

@@ -12,8 +12,8 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from sampler import ShardSampler, distinct_per_batch
-from sampler.epoch import shard_order
+from shardstream.sampler import ShardSampler, distinct_per_batch
+from shardstream.sampler.epoch import shard_order
 
 from .conftest import REPO, torchrun
 from .helpers import check_resume

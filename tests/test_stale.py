@@ -12,8 +12,8 @@ import pyarrow.parquet as pq
 import pytest
 from torch.utils.data import DataLoader
 
-from loader import ShardIndex, StaleIndexError, StreamingDataset
-from scripts.s3proxy import counting_proxy
+from shardstream.loader import ShardIndex, StaleIndexError, StreamingDataset
+from tests.s3proxy import counting_proxy
 
 
 def _write(path: Path | str, values: list[Any], fs: Any = None) -> None:

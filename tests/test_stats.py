@@ -11,8 +11,8 @@ import fsspec
 import pytest
 from torch.utils.data import DataLoader
 
-from loader import RetryPolicy, ShardIndex, StreamingDataset
-from scripts.s3proxy import Faults, counting_proxy
+from shardstream.loader import RetryPolicy, ShardIndex, StreamingDataset
+from tests.s3proxy import Faults, counting_proxy
 
 from .datagen import record_id, write_dataset
 
@@ -83,10 +83,10 @@ def test_s3_requests_retries_and_fetch_time(s3: Any) -> None:
 
 def test_log_every_logs_one_line(tmp_path: Path, caplog: pytest.LogCaptureFixture) -> None:
     ds = StreamingDataset(local(tmp_path), batch_size=10, log_every=0.01)
-    with caplog.at_level(logging.INFO, logger="loader.stats"):
+    with caplog.at_level(logging.INFO, logger="shardstream.loader.stats"):
         for _ in ds:
             time.sleep(0.002)
-    lines = [r.getMessage() for r in caplog.records if r.name == "loader.stats"]
+    lines = [r.getMessage() for r in caplog.records if r.name == "shardstream.loader.stats"]
     assert lines and all(m.startswith("loader: ") for m in lines)
     assert "records" in lines[-1] and "data stall" in lines[-1] and "\n" not in lines[-1]
     with pytest.raises(ValueError, match=r"log_every must be seconds > 0 or None, got 0"):

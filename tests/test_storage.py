@@ -10,7 +10,7 @@ from typing import Any
 import pytest
 import s3fs
 
-from loader.storage.filesystems import filesystem
+from shardstream.loader.storage.filesystems import filesystem
 
 
 def client_config(fs: Any) -> Any:
@@ -87,7 +87,7 @@ def test_gcsfs_tries_once_with_bounded_timeouts_and_without_the_grpc_lookup() ->
 
 
 def test_the_azure_client_retries_once_with_bounded_timeouts() -> None:
-    from scripts.emulators import azurite_connection_string
+    from tests.emulators import azurite_connection_string
 
     options = {"connection_string": azurite_connection_string("http://127.0.0.1:9")}
     for given, want in (({}, (5.0, 10.0)), ({"read_timeout": 30}, (5.0, 30))):
@@ -110,8 +110,8 @@ def test_the_azure_client_retries_once_with_bounded_timeouts() -> None:
 def test_a_gcs_index_saved_with_etags_still_reads_and_refuses_a_rewrite(gcs_endpoint: str) -> None:
     """Indexes saved before generations were kept hold each object's ETag: their reads
     check it (one metadata request a file) instead of reading whatever is there."""
-    from loader import StaleIndexError
-    from loader.storage.filesystems import cat_ranges
+    from shardstream.loader import StaleIndexError
+    from shardstream.loader.storage.filesystems import cat_ranges
     from tests.stores import new_bucket
 
     store = new_bucket("gcs", gcs_endpoint)

@@ -17,10 +17,16 @@ import pytest
 from fsspec.implementations.local import LocalFileSystem
 from torch.utils.data import DataLoader
 
-from loader import RetryPolicy, ShardError, ShardIndex, StaleIndexError, StreamingDataset
-from loader.formats.parquet_meta import SCANS
-from loader.storage.ranged_get import RangeIgnoredError
-from scripts.s3proxy import CountingProxy, Faults, counting_proxy
+from shardstream.loader import (
+    RetryPolicy,
+    ShardError,
+    ShardIndex,
+    StaleIndexError,
+    StreamingDataset,
+)
+from shardstream.loader.formats.parquet_meta import SCANS
+from shardstream.loader.storage.ranged_get import RangeIgnoredError
+from tests.s3proxy import CountingProxy, Faults, counting_proxy
 
 from .datagen import record_id, write_dataset
 from .stores import Store
@@ -284,7 +290,7 @@ def test_the_node_cache_serves_later_epochs_and_still_refuses_a_rewrite(
 def test_the_planner_indexes_the_store(store: Store, tmp_path: Path) -> None:
     import json
 
-    from scripts.plan_shards import main
+    from shardstream.plan.cli import main
 
     rel = upload(store, "tar", sizes=[30, 0, 41, 17])
     saved = tmp_path / "plan.index.arrow"

@@ -12,10 +12,10 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from loader import ShardError
-from loader.formats.tar_groups import Found, _group_one_by_one, group_members
-from loader.formats.tar_members import Keys, Members
-from loader.formats.tar_scan import _tarfile_members, _walk_headers, scan_tar
+from shardstream.loader import ShardError
+from shardstream.loader.formats.tar_groups import Found, _group_one_by_one, group_members
+from shardstream.loader.formats.tar_members import Keys, Members
+from shardstream.loader.formats.tar_scan import _tarfile_members, _walk_headers, scan_tar
 
 _PARTS = st.sampled_from(
     ["s1", "s2", "S2", "a/s1", "a.b/s1", "a/.h", ".h", "__meta__", "__x__/y", "é", "b c", ""]
@@ -102,7 +102,7 @@ def test_the_walk_reads_header_fields_as_tarfile_does(
 
 
 def test_index_columns_from_arrays_equal_those_from_lists() -> None:
-    from loader.index.table import layout_columns, plain
+    from shardstream.loader.index.table import layout_columns, plain
 
     members = [(f"k{i // 3:04d}.{'abc'[i % 3]}", 512 * (2 * i + 1), i % 7, 0) for i in range(300)]
     scanned = dict(zip(("keys", "members"), group_members(Found.of_members(members), "x", None)))

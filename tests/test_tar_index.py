@@ -12,10 +12,10 @@ from typing import Any
 import fsspec
 import pytest
 
-from loader import ShardIndex, StaleIndexError, StreamingDataset
-from loader.errors import StaleSidecarError
-from loader.formats.tar_index import idx_text, parse_idx, write_sidecars
-from scripts.s3proxy import counting_proxy
+from shardstream.loader import ShardIndex, StaleIndexError, StreamingDataset
+from shardstream.loader.errors import StaleSidecarError
+from shardstream.loader.formats.tar_index import idx_text, parse_idx, write_sidecars
+from tests.s3proxy import counting_proxy
 
 from .datagen import SIZES, record_id, tar_bytes, write_dataset
 

@@ -12,8 +12,13 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from loader import ShardError
-from loader.formats.tar_scan import _NeedsTarfile, _tarfile_members, _walk_headers, scan_tar
+from shardstream.loader import ShardError
+from shardstream.loader.formats.tar_scan import (
+    _NeedsTarfile,
+    _tarfile_members,
+    _walk_headers,
+    scan_tar,
+)
 
 
 def _tar(fmt: int, members: list[tuple[str, bytes | None, bytes]]) -> bytes:
@@ -99,7 +104,7 @@ def test_many_members_across_read_buffers() -> None:
 def test_keys_and_extensions_split_as_webdataset_splits_them() -> None:
     from webdataset.tariterators import base_plus_ext
 
-    from loader.formats.tar_groups import KEY_EXT
+    from shardstream.loader.formats.tar_groups import KEY_EXT
 
     for name in ["a/b.c.d", "x.jpg", "dir.v2/x.tar.gz", "noext", "a/.hidden", "a/b.", "./s.cls"]:
         split = KEY_EXT.match(name)
@@ -155,8 +160,8 @@ def test_ranged_sequential_and_tarfile_give_the_same_index(members: list, fmt: i
 
 
 def test_ranged_reads_skip_the_bodies(tmp_path: Path) -> None:
-    from loader.storage.ranges import RangeFile
-    from loader.storage.retry import RetryPolicy, bytes_fetched
+    from shardstream.loader.storage.ranges import RangeFile
+    from shardstream.loader.storage.retry import RetryPolicy, bytes_fetched
 
     big = [(f"s{i}.bin", bytes(300_000), tarfile.REGTYPE) for i in range(12)]
     data = _tar(tarfile.USTAR_FORMAT, big)
@@ -179,7 +184,7 @@ def test_ranged_reads_skip_the_bodies(tmp_path: Path) -> None:
 
 
 def test_choose_ranged() -> None:
-    from loader.formats.tar_scan import choose_ranged
+    from shardstream.loader.formats.tar_scan import choose_ranged
 
     assert choose_ranged(1 << 20, 3, 256 << 10)  # ~350 KB apart
     assert not choose_ranged(1 << 20, 100, 256 << 10)  # ~10 KB apart

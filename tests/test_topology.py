@@ -6,7 +6,7 @@ import numpy as np
 import pytest
 import torch.distributed as dist
 
-from sampler import DistributedSampler, ShardSampler, Topology
+from shardstream.sampler import DistributedSampler, ShardSampler, Topology
 
 from .conftest import free_port
 

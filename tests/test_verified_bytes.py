@@ -22,9 +22,9 @@ import torch
 from fsspec.implementations.local import LocalFileSystem
 from fsspec.spec import AbstractFileSystem
 
-from loader import MixtureDataset, RetryPolicy, ShardError, Stream, StreamingDataset
-from loader.storage.ranged_get import RangeIgnoredError
-from loader.storage.ranges import PartsFile
+from shardstream.loader import MixtureDataset, RetryPolicy, ShardError, Stream, StreamingDataset
+from shardstream.loader.storage.ranged_get import RangeIgnoredError
+from shardstream.loader.storage.ranges import PartsFile
 from tests.corpora import unpack
 from tests.httpd import http_server
 

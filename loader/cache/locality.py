@@ -8,8 +8,8 @@ import os
 from dataclasses import dataclass, replace
 from typing import Any
 
-from sampler.checks import as_int
-from sampler.topology import env_int
+from shardstream.sampler.checks import as_int
+from shardstream.sampler.topology import env_int
 
 from ..storage.filesystems import UrlOrPath
 from .next_use import NextUse

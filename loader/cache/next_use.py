@@ -15,7 +15,7 @@ from collections.abc import Callable, Iterable, Sequence
 
 import numpy as np
 
-from sampler.planning import all_plans, plan_intervals
+from shardstream.sampler.planning import all_plans, plan_intervals
 
 from .files import shard_key
 

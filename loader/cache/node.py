@@ -46,7 +46,7 @@ from typing import Any
 
 import pyarrow as pa
 
-from sampler.checks import parse_size
+from shardstream.sampler.checks import parse_size
 
 from ..stats import current
 from ..storage.filesystems import Indexed

@@ -6,14 +6,14 @@ needs (Parquet footers, tar headers or sidecars: loader.formats), `assemble` mak
 columnar `table`; `distributed` shares that work over the ranks of a process group;
 `shard_index.ShardIndex` is what the dataset and the sampler use.
 
-``from loader.index import ShardIndex`` works as it did when this was one module.
+``from shardstream.loader.index import ShardIndex`` works as it did when this was one module.
 """
 
 from __future__ import annotations
 
 from typing import TYPE_CHECKING
 
-from sampler.lazy import lazy_names
+from shardstream.sampler.lazy import lazy_names
 
 if TYPE_CHECKING:
     from .shard_index import ShardIndex

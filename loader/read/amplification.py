@@ -12,9 +12,9 @@ from collections.abc import Sequence
 
 import numpy as np
 
-from sampler import ShardSampler
-from sampler.epoch import rank_length, span_pieces, worker_span
-from sampler.planning import line_of
+from shardstream.sampler import ShardSampler
+from shardstream.sampler.epoch import rank_length, span_pieces, worker_span
+from shardstream.sampler.planning import line_of
 
 from ..index.shard_index import ShardIndex
 

@@ -10,8 +10,8 @@ from typing import Any
 
 import numpy as np
 
-from sampler.mixture_read import segment_parts
-from sampler.resume import Segment
+from shardstream.sampler.mixture_read import segment_parts
+from shardstream.sampler.resume import Segment
 
 from ..columns.gather import Selection
 from ..errors import ShardError, redact

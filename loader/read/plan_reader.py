@@ -39,7 +39,7 @@ from typing import Any
 
 from fsspec.implementations.local import LocalFileSystem
 
-from sampler.plan import Chunk, Plan
+from shardstream.sampler.plan import Chunk, Plan
 
 from ..cache.node import NodeCache
 from ..columns.gather import ConversionError

@@ -15,7 +15,7 @@ from typing import Any
 import numpy as np
 from fsspec.implementations.local import LocalFileSystem
 
-from sampler.plan import Chunk, Plan
+from shardstream.sampler.plan import Chunk, Plan
 
 from ..columns.gather import Selection
 from ..formats.deferred import is_deferred

@@ -1,5 +1,5 @@
 """shardstream: stream sharded datasets (Parquet, Arrow IPC, WebDataset tar; local, S3,
-HTTP) into PyTorch, each record once an epoch over all ranks and workers.
+GCS, Azure, HTTP) into PyTorch, each record once an epoch over all ranks and workers.
 
 The public API in one place::
 
@@ -7,59 +7,62 @@ The public API in one place::
 
     ds = StreamingDataset("data/", batch_size=256)
 
-It re-exports the implementation packages ``loader`` (storage, index, readers, the
-dataset) and ``sampler`` (pure planning), which stay importable as they are. Those two
-generic top-level names can be shadowed by a user's own ``loader.py`` or ``sampler.py``
-on ``sys.path``: importing shardstream then raises an ImportError naming that file,
-instead of failing somewhere inside.
+The distribution installs this one top-level name. Its parts are subpackages:
+``shardstream.loader`` (storage, index, readers, the dataset), ``shardstream.sampler``
+(pure planning) and ``shardstream.plan`` (the ``shardstream-plan`` command), so a
+``loader.py`` or ``sampler.py`` of a user's own project never shadows them.
 """
 
-from __future__ import annotations
+import sys as _sys
+from importlib.metadata import PackageNotFoundError as _NotInstalled
+from importlib.metadata import version as _version
+from typing import TYPE_CHECKING
 
-import importlib
-from importlib.metadata import PackageNotFoundError, version
-from types import ModuleType
+from .sampler.lazy import lazy_names as _lazy_names
 
+if TYPE_CHECKING:
+    from .loader import (
+        Batch,
+        MixtureDataset,
+        Pack,
+        RetryPolicy,
+        Shard,
+        ShardError,
+        ShardIndex,
+        StaleIndexError,
+        StaleSidecarError,
+        Stream,
+        StreamingDataset,
+    )
+    from .loader.storage.ranged_get import RangeIgnoredError
+    from .sampler import DistributedSampler, MixtureSampler, ShardSampler
 
-def _ours(name: str) -> ModuleType:
-    """Import the implementation package `name`, refusing someone else's module of the
-    same name (ours carry ``__shardstream__ = True``)."""
-    try:
-        module = importlib.import_module(name)
-    except ImportError as e:
-        raise ImportError(f"shardstream could not import its package {name!r}: {e}") from e
-    if not getattr(module, "__shardstream__", False):
-        where = getattr(module, "__file__", None) or repr(module)
-        raise ImportError(
-            f"shardstream imports its parts as the top-level packages 'sampler' and 'loader', "
-            f"but {name!r} is {where}, not shardstream's: a module or folder of that name in "
-            f"your project (or the current directory) shadows it; rename it"
-        )
-    return module
-
-
-_ours("sampler")
-_ours("loader")
-
-from loader import (  # noqa: E402  (after the shadowing check)
-    Batch,
-    MixtureDataset,
-    Pack,
-    RetryPolicy,
-    Shard,
-    ShardError,
-    ShardIndex,
-    StaleIndexError,
-    StaleSidecarError,
-    Stream,
-    StreamingDataset,
-)
-from loader.storage.ranged_get import RangeIgnoredError  # noqa: E402
-from sampler import DistributedSampler, MixtureSampler, ShardSampler  # noqa: E402
+# names imported when first used (PEP 562), as in shardstream.loader: the planner's
+# simulations (shardstream.plan) import this package without torch
+_WHERE = {
+    **dict.fromkeys(
+        [
+            "Batch",
+            "MixtureDataset",
+            "Pack",
+            "RetryPolicy",
+            "Shard",
+            "ShardError",
+            "ShardIndex",
+            "StaleIndexError",
+            "StaleSidecarError",
+            "Stream",
+            "StreamingDataset",
+        ],
+        ".loader",
+    ),
+    "RangeIgnoredError": ".loader.storage.ranged_get",
+    **dict.fromkeys(["DistributedSampler", "MixtureSampler", "ShardSampler"], ".sampler"),
+}
 
 try:
-    __version__ = version("shardstream")
-except PackageNotFoundError:  # imported from a source tree that was never installed
+    __version__ = _version("shardstream")
+except _NotInstalled:  # imported from a source tree that was never installed
     __version__ = "0+unknown"
 
 __all__ = [
@@ -80,3 +83,17 @@ __all__ = [
     "StreamingDataset",
     "__version__",
 ]
+
+
+__getattr__ = _lazy_names(__name__, _WHERE, globals())[0]
+
+
+def __dir__() -> list[str]:
+    """The public API (and the subpackages), not the helpers this module uses."""
+    return sorted({*__all__, "loader", "sampler"})
+
+
+if "torch" in _sys.modules:  # a training process: the dataset's imports now (loader's too)
+    from .loader import StreamingDataset
+
+del TYPE_CHECKING, _NotInstalled, _lazy_names, _sys, _version

@@ -32,7 +32,7 @@ from ..storage.filesystems import filesystem, redact
 
 __all__ = ["COUNT_THREADS", "document_lengths", "lengths_column"]
 
-log = logging.getLogger("loader.tokens")
+log = logging.getLogger("shardstream.loader.tokens")
 COUNT_THREADS = 16
 
 

@@ -21,9 +21,9 @@ from typing import Any
 import numpy as np
 import numpy.typing as npt
 
-from sampler.mixture_read import segment_parts
-from sampler.packing import PackLine
-from sampler.resume import Segment
+from shardstream.sampler.mixture_read import segment_parts
+from shardstream.sampler.packing import PackLine
+from shardstream.sampler.resume import Segment
 
 from ..errors import ShardError
 from ..read.plan_reader import PlanReader

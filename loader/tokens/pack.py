@@ -10,7 +10,7 @@ import numpy as np
 import numpy.typing as npt
 import pyarrow as pa
 
-from sampler.checks import as_int
+from shardstream.sampler.checks import as_int
 
 from ..columns.kinds import Kind
 

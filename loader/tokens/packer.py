@@ -17,7 +17,7 @@ import numpy.typing as npt
 import torch
 from torch.utils.data import get_worker_info
 
-from sampler.packing import PackRun
+from shardstream.sampler.packing import PackRun
 
 from ..errors import ShardError, StaleIndexError
 from ..formats.parquet_fetch import packed

@@ -6,9 +6,9 @@ from __future__ import annotations
 from collections.abc import Iterable, Iterator
 from typing import Any
 
-from sampler.epoch import worker_span
-from sampler.packing import PackLine, PackRun, blocks_per_rank, dropped, shard_tokens
-from sampler.resume import Segment
+from shardstream.sampler.epoch import worker_span
+from shardstream.sampler.packing import PackLine, PackRun, blocks_per_rank, dropped, shard_tokens
+from shardstream.sampler.resume import Segment
 
 from ..formats import Format
 from ..index.shard_index import ShardIndex

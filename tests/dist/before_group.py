@@ -10,7 +10,7 @@ import torch.distributed as dist
 import torch.multiprocessing as mp
 from torch.utils.data import DataLoader
 
-from loader import StreamingDataset
+from shardstream.loader import StreamingDataset
 from tests.rowdata import FILL, PAD, rows_of
 
 BATCH_OPTIONS = {"fill_nulls": {"maybe": FILL}, "pad": {"ragged": PAD}}

@@ -10,8 +10,8 @@ import sys
 
 import torch.distributed as dist
 
-from loader.index.distributed import shared_index
-from loader.storage.retry import RetryPolicy, bytes_fetched
+from shardstream.loader.index.distributed import shared_index
+from shardstream.loader.storage.retry import RetryPolicy, bytes_fetched
 
 dist.init_process_group(backend="gloo")
 options = json.loads(sys.argv[1]) or None

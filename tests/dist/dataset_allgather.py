@@ -8,7 +8,7 @@ import torch
 import torch.distributed as dist
 from torch.utils.data import DataLoader
 
-from loader import StreamingDataset
+from shardstream.loader import StreamingDataset
 
 from tests.datagen import record_id
 

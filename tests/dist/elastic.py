@@ -7,7 +7,7 @@ import sys
 import torch.distributed as dist
 from torch.utils.data import DataLoader
 
-from loader import StreamingDataset
+from shardstream.loader import StreamingDataset
 
 dist.init_process_group(backend="gloo")
 phase, source, out = sys.argv[1], sys.argv[2], sys.argv[3]

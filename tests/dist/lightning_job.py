@@ -16,7 +16,7 @@ import lightning as L
 import torch
 from torch.utils.data import DataLoader
 
-from loader import StreamingDataset
+from shardstream.loader import StreamingDataset
 from tests.rowdata import FILL, PAD, rows_of
 
 BATCH_OPTIONS = {"fill_nulls": {"maybe": FILL}, "pad": {"ragged": PAD}}
@@ -51,8 +51,11 @@ class Data(L.LightningDataModule):
 
 
 class SetEpoch(L.Callback):  # README's recipe
+    def __init__(self, data: Data) -> None:
+        self.data = data
+
     def on_train_epoch_start(self, trainer: L.Trainer, pl_module: L.LightningModule) -> None:
-        trainer.datamodule.train.set_epoch(trainer.current_epoch)
+        self.data.train.set_epoch(trainer.current_epoch)
 
 
 class Model(L.LightningModule):
@@ -73,6 +76,7 @@ class Model(L.LightningModule):
 
 
 if __name__ == "__main__":
+    data, model = Data(), Model()
     trainer = L.Trainer(
         accelerator="cpu",
         devices=2,
@@ -82,9 +86,8 @@ if __name__ == "__main__":
         enable_checkpointing=False,
         enable_progress_bar=False,
         enable_model_summary=False,
-        callbacks=[SetEpoch()] if SET_EPOCH else [],
+        callbacks=[SetEpoch(data)] if SET_EPOCH else [],
     )
-    data, model = Data(), Model()
     trainer.fit(model, datamodule=data)
     ds = data.train
     result = {

@@ -10,7 +10,7 @@ import torch
 import torch.distributed as dist
 from torch.utils.data import DataLoader
 
-from loader import Pack, ShardError, StreamingDataset
+from shardstream.loader import Pack, ShardError, StreamingDataset
 
 dist.init_process_group(backend="gloo")
 source, workers, mode = sys.argv[1], int(sys.argv[2]), sys.argv[3]

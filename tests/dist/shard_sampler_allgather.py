@@ -6,7 +6,7 @@ import sys
 import torch
 import torch.distributed as dist
 
-from sampler import ShardSampler
+from shardstream.sampler import ShardSampler
 
 dist.init_process_group(backend="gloo")
 sizes = [7, 0, 13, 5, 9, 1, 30]

@@ -1,7 +1,7 @@
 """shardstream-plan's packing figures: a dataset packed into blocks of tokens over R ranks.
 
-    plan_shards.py SOURCE --pack-column input_ids --pack-length 2049 [--eos 2] [--bos 1]
-    plan_shards.py --simulate-shards 1000000 --records-per-shard 100
+    shardstream-plan SOURCE --pack-column input_ids --pack-length 2049 [--eos 2] [--bos 1]
+    shardstream-plan --simulate-shards 1000000 --records-per-shard 100
                    --tokens-per-document 500 --pack-length 2049 --world-size 4096
 
 For an index the documents' token counts come from it (a saved index keeps them) or are
@@ -53,7 +53,7 @@ def check_pack_arguments(p: argparse.ArgumentParser, args: argparse.Namespace) -
 
 def pack_doc(args: argparse.Namespace, index: Any) -> dict[str, Any]:
     """The packing figures of `index` (None: the simulation) over --world-size ranks."""
-    from sampler.packing import blocks_per_rank, dropped
+    from shardstream.sampler.packing import blocks_per_rank, dropped
 
     ranks, length = args.world_size, args.pack_length
     if index is None:
@@ -62,7 +62,7 @@ def pack_doc(args: argparse.Namespace, index: Any) -> dict[str, Any]:
         documents = args.simulate_shards * args.records_per_shard
         tokens = documents * each
     else:
-        from loader import Pack, StreamingDataset
+        from shardstream.loader import Pack, StreamingDataset
 
         ds = StreamingDataset(
             index,

@@ -17,17 +17,14 @@ from typing import TYPE_CHECKING, Any
 import numpy as np
 from tqdm import tqdm
 
-from sampler.advice import fetched_rows
-from sampler.mixing import distinct_per_batch
-from sampler.planning import all_plans
+from shardstream.sampler.advice import fetched_rows
+from shardstream.sampler.mixing import distinct_per_batch
+from shardstream.sampler.planning import all_plans
 
-try:  # run as scripts/plan_shards.py, or installed as shardstream_scripts.plan_shards
-    from plan_rank import settings, sizes_of
-except ImportError:
-    from shardstream_scripts.plan_rank import settings, sizes_of
+from .rank import settings, sizes_of
 
 if TYPE_CHECKING:
-    from loader.index.shard_index import ShardIndex
+    from shardstream.loader.index.shard_index import ShardIndex
 
 __all__ = ["RankRow", "WorkerRow", "layout_bytes", "plan_rows", "worst_worker"]
 

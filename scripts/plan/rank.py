@@ -9,11 +9,11 @@ from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
-from sampler.plan import DEFAULT_WINDOW
-from sampler.planning import build_plan
+from shardstream.sampler.plan import DEFAULT_WINDOW
+from shardstream.sampler.planning import build_plan
 
 if TYPE_CHECKING:
-    from loader.index.shard_index import ShardIndex
+    from shardstream.loader.index.shard_index import ShardIndex
 
 __all__ = ["print_rank", "rank_doc", "settings", "sizes_of"]
 

@@ -6,17 +6,12 @@ from __future__ import annotations
 
 import argparse
 
-from sampler.advice import TARGET
-from sampler.checks import parse_size
+from shardstream.sampler.advice import TARGET
+from shardstream.sampler.checks import parse_size
 
-try:  # run as scripts/plan_shards.py, or installed as shardstream_scripts.plan_shards
-    from plan_cache import DEFAULT_SIM_NODES
-    from plan_mixture import parse_stream
-    from plan_pack import add_pack_arguments, check_pack_arguments
-except ImportError:
-    from shardstream_scripts.plan_cache import DEFAULT_SIM_NODES
-    from shardstream_scripts.plan_mixture import parse_stream
-    from shardstream_scripts.plan_pack import add_pack_arguments, check_pack_arguments
+from .cache import DEFAULT_SIM_NODES
+from .mixture import parse_stream
+from .pack import add_pack_arguments, check_pack_arguments
 
 __all__ = ["parse_args"]
 

@@ -14,10 +14,10 @@ from typing import Any
 
 from tqdm import tqdm
 
-from loader import ShardIndex
-from loader.formats.tar_index import write_sidecars
-from loader.index.distributed import build_parallel
-from loader.index.shard_index import INDEX_SUFFIXES
+from shardstream.loader import ShardIndex
+from shardstream.loader.formats.tar_index import write_sidecars
+from shardstream.loader.index.distributed import build_parallel
+from shardstream.loader.index.shard_index import INDEX_SUFFIXES
 
 __all__ = ["build_index", "check_index_path", "save_sidecars"]
 

@@ -22,7 +22,7 @@ from typing import Any
 
 import numpy as np
 
-from sampler.planning import all_plans, plan_intervals
+from shardstream.sampler.planning import all_plans, plan_intervals
 
 __all__ = ["cache_doc", "node_reads", "print_cache", "simulate"]
 
@@ -156,10 +156,7 @@ def cache_doc(
 
 
 def print_cache(doc: dict[str, Any]) -> None:
-    try:
-        from plan_plot import human_bytes
-    except ImportError:
-        from shardstream_scripts.plan_plot import human_bytes
+    from .plot import human_bytes
 
     limit = doc["cache_limit"]
     print(

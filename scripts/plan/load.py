@@ -8,17 +8,15 @@ import json
 from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:
-    from loader.index.shard_index import ShardIndex
+    from shardstream.loader.index.shard_index import ShardIndex
 
 __all__ = ["load_index", "load_streams", "storage_options"]
 
 
 def _indexing() -> Any:
     """scripts/plan_index (imports the loader: only when a SOURCE is indexed)."""
-    try:
-        import plan_index
-    except ImportError:
-        from shardstream_scripts import plan_index
+    from . import index as plan_index
+
     return plan_index
 
 

@@ -12,15 +12,12 @@ import textwrap
 from dataclasses import asdict
 from typing import TYPE_CHECKING, Any
 
-from sampler.advice import GROUP_BYTES, MIN_GROUP_BYTES, SHARD_BYTES, TARGET, advise
+from shardstream.sampler.advice import GROUP_BYTES, MIN_GROUP_BYTES, SHARD_BYTES, TARGET, advise
 
-try:  # run as scripts/plan_shards.py, or installed as shardstream_scripts.plan_shards
-    from plan_plot import human_bytes
-except ImportError:
-    from shardstream_scripts.plan_plot import human_bytes
+from .plot import human_bytes
 
 if TYPE_CHECKING:
-    from loader.index.shard_index import ShardIndex
+    from shardstream.loader.index.shard_index import ShardIndex
 
 __all__ = ["advice_doc", "current_layout", "print_advice", "print_amplification", "say"]
 

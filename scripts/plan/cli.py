@@ -1,13 +1,13 @@
 """Show how a sharded dataset splits over a job's ranks and workers, the layout that job
 wants, and save the dataset's index.
 
-    plan_shards.py SOURCE... [--world-size R] [--workers W] [--seed S] [--epoch E] [--drop-last]
+    shardstream-plan SOURCE... [--world-size R] [--workers W] [--seed S] [--epoch E] [--drop-last]
                    [--save-index PATH] [--json] [--plot PNG] [--storage-options JSON]
                    [--index-workers N] [--write-sidecars] [--no-sidecars]
-    plan_shards.py --simulate-shards S [--records-per-shard N] [--shard-bytes 200MB]
+    shardstream-plan --simulate-shards S [--records-per-shard N] [--shard-bytes 200MB]
                    [--rows-per-group G] --world-size R [--rank K] ...
-    plan_shards.py --stream NAME=SOURCE[:WEIGHT] [--stream ...] [--epoch-size E] --world-size R
-    plan_shards.py SOURCE --pack-column COL --pack-length L [--eos ID] [--bos ID] --world-size R
+    shardstream-plan --stream NAME=SOURCE[:WEIGHT] [--stream ...] [--epoch-size E] --world-size R
+    shardstream-plan SOURCE --pack-column COL --pack-length L [--eos ID] [--bos ID] --world-size R
 
 Indexes SOURCE (a directory, s3:// prefix, glob or saved index, or several of them, as a
 shell glob expands; S3 credentials and endpoint from the standard AWS variables such as
@@ -39,39 +39,28 @@ from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
-from loader.errors import ShardError
-from sampler.epoch import epoch_line, rank_length
+from shardstream.loader.errors import ShardError
+from shardstream.sampler.epoch import epoch_line, rank_length
 
 # torch-free imports only: a simulated plan never imports torch (2.5 s of the command
 # otherwise); indexing a SOURCE imports the loader (and torch) when it is asked for
-try:  # run as scripts/plan_shards.py, or installed as shardstream_scripts.plan_shards
-    from plan_advice import advice_doc, print_advice, print_amplification, say
-    from plan_args import parse_args
-    from plan_cache import cache_doc, print_cache
-    from plan_load import load_index, load_streams, storage_options
-    from plan_mixture import mixture_doc
-    from plan_pack import pack_doc, print_pack
-    from plan_plot import plot, plot_cache
-    from plan_rank import print_rank, rank_doc, settings, sizes_of
-    from plan_workers import RankRow, WorkerRow, plan_rows, worst_worker
-except ImportError:
-    from shardstream_scripts.plan_advice import (
-        advice_doc,
-        print_advice,
-        print_amplification,
-        say,
-    )
-    from shardstream_scripts.plan_args import parse_args
-    from shardstream_scripts.plan_cache import cache_doc, print_cache
-    from shardstream_scripts.plan_load import load_index, load_streams, storage_options
-    from shardstream_scripts.plan_mixture import mixture_doc
-    from shardstream_scripts.plan_pack import pack_doc, print_pack
-    from shardstream_scripts.plan_plot import plot, plot_cache
-    from shardstream_scripts.plan_rank import print_rank, rank_doc, settings, sizes_of
-    from shardstream_scripts.plan_workers import RankRow, WorkerRow, plan_rows, worst_worker
+from .advice import (
+    advice_doc,
+    print_advice,
+    print_amplification,
+    say,
+)
+from .args import parse_args
+from .cache import cache_doc, print_cache
+from .load import load_index, load_streams, storage_options
+from .mixture import mixture_doc
+from .pack import pack_doc, print_pack
+from .plot import plot, plot_cache
+from .rank import print_rank, rank_doc, settings, sizes_of
+from .workers import RankRow, WorkerRow, plan_rows, worst_worker
 
 if TYPE_CHECKING:
-    from loader.index.shard_index import ShardIndex
+    from shardstream.loader.index.shard_index import ShardIndex
 
 __all__ = ["main", "summary"]
 

@@ -1,0 +1,7 @@
+"""``python -m shardstream.plan SOURCE ...``: the ``shardstream-plan`` command."""
+
+import sys
+
+from .cli import main
+
+sys.exit(main())
