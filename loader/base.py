@@ -24,7 +24,7 @@ from .cache.locality import NodeOptions
 from .cursor import Cursor
 from .epoch import EpochState
 from .formats import Format, format_for
-from .formats.tar_decode import DecodeSpec, make_decoder
+from .formats.tar.decode import DecodeSpec, make_decoder
 from .index.shard_index import ShardIndex
 from .options import (
     Transform,

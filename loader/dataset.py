@@ -17,8 +17,8 @@ from .cache.locality import NodeOptions
 from .columns.batching import regroup
 from .columns.kinds import Kind, kinds_of
 from .formats import Format
-from .formats.tar import check_tar_columns
-from .formats.tar_decode import DecodeSpec
+from .formats.tar.decode import DecodeSpec
+from .formats.tar.format import check_tar_columns
 from .index.distributed import shared_index
 from .index.shard_index import ShardIndex
 from .index.table import ShardGroups

@@ -27,15 +27,15 @@ from torch.utils.data import get_worker_info
 
 from shardstream.sampler import DEFAULT_WINDOW, MixtureSampler, Topology
 from shardstream.sampler.checks import IntLike
-from shardstream.sampler.mixture_state import cursor_state
+from shardstream.sampler.mixture.state import cursor_state
 from shardstream.sampler.resume import Segment, cut_segments
 
 from .base import RECORD_STEP, DatasetBase, init_signature
 from .cache.locality import NodeOptions
 from .columns.batching import regroup
 from .formats import Format
-from .formats.tar import check_tar_columns
-from .formats.tar_decode import DecodeSpec
+from .formats.tar.decode import DecodeSpec
+from .formats.tar.format import check_tar_columns
 from .index.distributed import shared_index
 from .index.table import ShardGroups
 from .options import Transform, check_batch_options, check_decode

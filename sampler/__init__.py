@@ -15,7 +15,7 @@ from .planning import all_plans, build_plan
 
 if TYPE_CHECKING:
     from .distributed import DistributedSampler
-    from .mixture import MixturePart, MixtureSampler, PassPiece, stream_seed
+    from .mixture.sampler import MixturePart, MixtureSampler, PassPiece, stream_seed
     from .shard_sampler import DEFAULT_WINDOW, HasShardSizes, ShardSampler
     from .topology import Topology
 
@@ -24,12 +24,12 @@ _WHERE = {
     "DEFAULT_WINDOW": ".shard_sampler",
     "DistributedSampler": ".distributed",
     "HasShardSizes": ".shard_sampler",
-    "MixturePart": ".mixture",
-    "MixtureSampler": ".mixture",
-    "PassPiece": ".mixture",
+    "MixturePart": ".mixture.sampler",
+    "MixtureSampler": ".mixture.sampler",
+    "PassPiece": ".mixture.sampler",
     "ShardSampler": ".shard_sampler",
     "Topology": ".topology",
-    "stream_seed": ".mixture",
+    "stream_seed": ".mixture.sampler",
 }
 
 __all__ = [

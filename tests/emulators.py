@@ -1,4 +1,4 @@
-"""The GCS and Azure emulators the tests and bench.py talk HTTP to, each started on a free
+"""The GCS and Azure emulators the tests and scripts.bench talk HTTP to, each started on a free
 loopback port: `gcp-storage-emulator` (a Python package of the test extra) and Azurite's
 blob service (an npm package, installed by ``scripts/setup.sh test`` into .cache/azurite)."""
 

@@ -8,7 +8,7 @@ dropped on the way, the server answers 200 and the whole object), one sending a 
 or a shifted range than asked (the header is changed on the way; the answer's
 ``Content-Range`` truthfully names what was sent), one refusing requests that carry no
 ``Authorization`` (as GCS does; its emulator checks no credentials).
-Tests and bench.py point `endpoint_url` at the proxy; afterwards `bytes_served` says what
+Tests and scripts.bench point `endpoint_url` at the proxy; afterwards `bytes_served` says what
 was fetched. With faults on, a seeded random draw per GET answers 503 SlowDown, or sends
 the headers and half the body and then drops the connection (a reset mid-body). With
 shaping on, every answer waits `latency_ms` before its first byte and each connection's

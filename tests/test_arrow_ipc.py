@@ -149,7 +149,7 @@ def test_dictionaries_read_as_their_values_in_any_order(
 ) -> None:
     """Each batch read alone (shuffled, over two ranks) replays the dictionary messages
     before it: deltas, replacements. Records are pyarrow's, every column."""
-    from shardstream.loader.formats import parquet_meta
+    from shardstream.loader.formats.parquet import meta as parquet_meta
 
     monkeypatch.setattr(parquet_meta, "GROUP_BYTES", 1)  # a read group a record batch
     want = _dictionary_stream(tmp_path / "d.arrow").to_pylist()

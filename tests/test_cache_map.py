@@ -23,7 +23,7 @@ from shardstream.loader.cache import node as cache_node
 from shardstream.loader.cache.files import check_open, write_block
 from shardstream.loader.cache.mapped import map_blocks
 from shardstream.loader.cache.node import NodeCache
-from shardstream.loader.formats.parquet_local import OpenFiles
+from shardstream.loader.formats.parquet.local import OpenFiles
 from shardstream.loader.storage.through import reading_shard
 
 from .datagen import write_dataset

@@ -15,8 +15,8 @@ import torch
 
 from shardstream.loader import ShardIndex, StreamingDataset
 from shardstream.loader.cache import node as cache_node
-from shardstream.loader.formats import parquet as formats_parquet
-from shardstream.loader.formats.parquet_meta import FooterCache
+from shardstream.loader.formats.parquet import format as formats_parquet
+from shardstream.loader.formats.parquet.meta import FooterCache
 from tests.s3proxy import counting_proxy
 
 from .datagen import write_dataset

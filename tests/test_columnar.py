@@ -16,7 +16,7 @@ import pyarrow.parquet as pq
 import pytest
 
 from shardstream.loader import ShardIndex, StreamingDataset
-from shardstream.loader.formats.tar_members import Members
+from shardstream.loader.formats.tar.members import Members
 from shardstream.loader.index.build import Hint, Listing, discover
 from shardstream.loader.index.saved import TABLE_VERSION
 from shardstream.loader.storage.filesystems import FileEntry

@@ -14,7 +14,7 @@ import pyarrow.parquet as pq
 import pytest
 
 from shardstream.loader import ShardError, ShardIndex, StaleIndexError, StreamingDataset
-from shardstream.loader.formats.parquet_meta import TAIL
+from shardstream.loader.formats.parquet.meta import TAIL
 from tests.s3proxy import counting_proxy
 
 from .datagen import SIZES, parquet_table, record_id, write_dataset
@@ -188,7 +188,8 @@ def test_building_reads_only_parquet_footers(s3: Any) -> None:
 
 
 def test_footers_longer_than_the_tail_read(tmp_path: Path, monkeypatch: Any) -> None:
-    from shardstream.loader.formats import parquet, parquet_meta
+    from shardstream.loader.formats.parquet import format as parquet
+    from shardstream.loader.formats.parquet import meta as parquet_meta
 
     write_dataset(LOCAL, str(tmp_path), "parquet")
     want = ShardIndex.build(str(tmp_path))
@@ -201,7 +202,7 @@ def test_footers_longer_than_the_tail_read(tmp_path: Path, monkeypatch: Any) -> 
 
 
 def test_footer_cache_is_bounded_by_bytes(tmp_path: Path) -> None:
-    from shardstream.loader.formats.parquet_meta import FooterCache
+    from shardstream.loader.formats.parquet.meta import FooterCache
 
     paths = write_dataset(LOCAL, str(tmp_path), "parquet")
     meta = pq.read_metadata(paths[0])
@@ -237,7 +238,7 @@ def test_s3_clients_keep_64_connections(s3: Any) -> None:
     from shardstream.loader.storage.ranged_get import S3_CONCURRENCY
 
     # botocore's default pool of 10 made 64 concurrent footer reads wait for each other:
-    # indexing N shards took N / 10 round trips (bench_index.py --only latency)
+    # indexing N shards took N / 10 round trips (python -m scripts.bench.index --only latency)
     fs, _ = filesystem("s3://data/set", {**s3.storage_options, "skip_instance_cache": True})
     assert fs.config_kwargs["max_pool_connections"] == S3_CONCURRENCY == 64
     mine = {**s3.storage_options, "config_kwargs": {"max_pool_connections": 5}}

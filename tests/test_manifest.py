@@ -13,7 +13,7 @@ import pytest
 
 from shardstream.loader import ShardIndex, StaleIndexError, StreamingDataset
 from shardstream.loader.errors import StaleSidecarError
-from shardstream.loader.formats.parquet_meta import SCANS
+from shardstream.loader.formats.parquet.meta import SCANS
 from tests.s3proxy import counting_proxy
 
 from .datagen import SIZES, record_id, write_dataset

@@ -400,7 +400,7 @@ def test_local_streams_share_one_reading_thread(
     leaves; each record is still its file's row, every column."""
     import threading
 
-    from shardstream.loader.formats.parquet import ParquetFormat
+    from shardstream.loader.formats.parquet.format import ParquetFormat
     from shardstream.loader.read import readahead
 
     readers: set[int] = set()
@@ -413,7 +413,7 @@ def test_local_streams_share_one_reading_thread(
 
     monkeypatch.setattr(ParquetFormat, "read_local", spy)
     monkeypatch.setattr(
-        "shardstream.loader.formats.parquet_meta.GROUP_BYTES", 1
+        "shardstream.loader.formats.parquet.meta.GROUP_BYTES", 1
     )  # a row group a group
     want = {
         r["id"]: r for p in sorted(root.glob("*/*.parquet")) for r in pq.read_table(p).to_pylist()

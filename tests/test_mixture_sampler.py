@@ -16,8 +16,8 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from shardstream.sampler import MixtureSampler, ShardSampler, stream_seed
-from shardstream.sampler.passes import Cursor, advance, cut_lengths, recut
-from shardstream.sampler.schedule import apportion, counts_before, name_ranks, stream_ids
+from shardstream.sampler.mixture.passes import Cursor, advance, cut_lengths, recut
+from shardstream.sampler.mixture.schedule import apportion, counts_before, name_ranks, stream_ids
 
 from .helpers import check_resume
 

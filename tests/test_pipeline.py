@@ -15,7 +15,7 @@ import pytest
 from torch.utils.data import DataLoader
 
 from shardstream.loader import ShardIndex, StaleIndexError, StreamingDataset
-from shardstream.loader.formats import parquet_meta
+from shardstream.loader.formats.parquet import meta as parquet_meta
 from shardstream.loader.read.plan_reader import MemoryBudget, PlanReader
 from shardstream.sampler import ShardSampler
 

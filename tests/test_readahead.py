@@ -17,7 +17,7 @@ import pyarrow.parquet as pq
 import pytest
 
 from shardstream.loader import ShardError, ShardIndex, StaleIndexError, StreamingDataset
-from shardstream.loader.formats.parquet import ParquetFormat
+from shardstream.loader.formats.parquet.format import ParquetFormat
 
 
 def _table(first: int, n: int, text: pa.DataType | None = None) -> pa.Table:
@@ -233,7 +233,7 @@ def test_a_process_leaving_a_reading_midway_exits_quietly(tmp_path: Path, batch:
 def test_local_reads_decode_into_the_read_pool(tmp_path: Path) -> None:
     # ParquetFile takes no memory pool: its reader is swapped for one made with the pool
     # (a pyarrow whose reader no longer opens so would silently keep mimalloc's growth)
-    from shardstream.loader.formats.parquet_local import pooled, read_pool
+    from shardstream.loader.formats.parquet.local import pooled, read_pool
 
     path = tmp_path / "part-00000.parquet"
     pq.write_table(_table(0, 3000), path, row_group_size=1000)
@@ -265,7 +265,7 @@ def test_a_local_reading_charges_only_the_groups_its_thread_reads_ahead(
 
     monkeypatch.setattr(MemoryBudget, "charge", spy)
     monkeypatch.setattr(
-        "shardstream.loader.formats.parquet_meta.GROUP_BYTES", 1
+        "shardstream.loader.formats.parquet.meta.GROUP_BYTES", 1
     )  # a row group a group
     ds = StreamingDataset(str(tmp_path), shuffle=True, seed=4, batch_size=64, memory_budget=1 << 30)
     it = iter(ds)

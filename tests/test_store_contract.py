@@ -24,7 +24,7 @@ from shardstream.loader import (
     StaleIndexError,
     StreamingDataset,
 )
-from shardstream.loader.formats.parquet_meta import SCANS
+from shardstream.loader.formats.parquet.meta import SCANS
 from shardstream.loader.storage.ranged_get import RangeIgnoredError
 from tests.s3proxy import CountingProxy, Faults, counting_proxy
 

@@ -13,9 +13,9 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from shardstream.loader import ShardError
-from shardstream.loader.formats.tar_groups import Found, _group_one_by_one, group_members
-from shardstream.loader.formats.tar_members import Keys, Members
-from shardstream.loader.formats.tar_scan import _tarfile_members, _walk_headers, scan_tar
+from shardstream.loader.formats.tar.groups import Found, _group_one_by_one, group_members
+from shardstream.loader.formats.tar.members import Keys, Members
+from shardstream.loader.formats.tar.scan import _tarfile_members, _walk_headers, scan_tar
 
 _PARTS = st.sampled_from(
     ["s1", "s2", "S2", "a/s1", "a.b/s1", "a/.h", ".h", "__meta__", "__x__/y", "é", "b c", ""]

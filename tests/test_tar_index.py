@@ -14,7 +14,7 @@ import pytest
 
 from shardstream.loader import ShardIndex, StaleIndexError, StreamingDataset
 from shardstream.loader.errors import StaleSidecarError
-from shardstream.loader.formats.tar_index import idx_text, parse_idx, write_sidecars
+from shardstream.loader.formats.tar.idx import idx_text, parse_idx, write_sidecars
 from tests.s3proxy import counting_proxy
 
 from .datagen import SIZES, record_id, tar_bytes, write_dataset

@@ -13,7 +13,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from shardstream.loader import ShardError
-from shardstream.loader.formats.tar_scan import (
+from shardstream.loader.formats.tar.scan import (
     _NeedsTarfile,
     _tarfile_members,
     _walk_headers,
@@ -104,7 +104,7 @@ def test_many_members_across_read_buffers() -> None:
 def test_keys_and_extensions_split_as_webdataset_splits_them() -> None:
     from webdataset.tariterators import base_plus_ext
 
-    from shardstream.loader.formats.tar_groups import KEY_EXT
+    from shardstream.loader.formats.tar.groups import KEY_EXT
 
     for name in ["a/b.c.d", "x.jpg", "dir.v2/x.tar.gz", "noext", "a/.hidden", "a/b.", "./s.cls"]:
         split = KEY_EXT.match(name)
@@ -184,7 +184,7 @@ def test_ranged_reads_skip_the_bodies(tmp_path: Path) -> None:
 
 
 def test_choose_ranged() -> None:
-    from shardstream.loader.formats.tar_scan import choose_ranged
+    from shardstream.loader.formats.tar.scan import choose_ranged
 
     assert choose_ranged(1 << 20, 3, 256 << 10)  # ~350 KB apart
     assert not choose_ranged(1 << 20, 100, 256 << 10)  # ~10 KB apart

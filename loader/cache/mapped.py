@@ -1,5 +1,5 @@
 """A cached shard as one read-only memory map over its block files, for pyarrow to read as
-it reads a local file (loader.formats.parquet_local): no Python call a read.
+it reads a local file (loader.formats.parquet.local): no Python call a read.
 
 pyarrow's `memory_map` maps one file; a shard's cached bytes are many block files (1 MiB
 each, loader.cache.files), so no library maps them as one range. Here an address range is

@@ -1,6 +1,6 @@
 """Arrow columns as numpy arrays without copies, and without `to_numpy` (pyarrow imports
 pandas for it on first use, 0.3 s): what the columnar index (loader.index.table) and the tar
-member tables (loader.formats.tar_members) read their columns with; and the memory pool
+member tables (loader.formats.tar.members) read their columns with; and the memory pool
 Arrow work on the reading and scanning threads allocates from."""
 
 from __future__ import annotations
@@ -52,7 +52,7 @@ def read_pool() -> pa.MemoryPool | None:
     """The pool local reads decode into, and tar scans build their names in: jemalloc's
     where pyarrow has it (Linux, macOS). With pyarrow's default, mimalloc, each thread
     keeps its own heap: groups decoded on the reading thread and freed by the consumer
-    stay in the reading thread's heap (measured: bench.py's second pass +146 MB of peak
+    stay in the reading thread's heap (measured: scripts.bench's second pass +146 MB of peak
     RSS with mimalloc, +94 with these reads in jemalloc, at less CPU); 16 threads
     scanning 16 tar shards peaked at +380 MB with their names built in mimalloc, +300 in
     jemalloc."""

@@ -8,9 +8,9 @@ column types hold no view (`without_views`, applied once to the dataset's schema
 loader.formats.schemas.select_schema): a string view column is read as ``string``, a list
 view as a ``list``, inside nested types too, with the same values (records as pyarrow's
 ``to_pylist`` gives them). A decoded Parquet piece holding views differs from the dataset's
-schema, which every piece is compared with already (loader.formats.parquet), and is made
-plain by `unview` there, once a piece (loader.formats.parquet_fetch.cast_to; Arrow IPC
-columns by loader.formats.ipc_values): a shard without views pays nothing more.
+schema, which every piece is compared with already (loader.formats.parquet.format), and is made
+plain by `unview` there, once a piece (loader.formats.parquet.fetch.cast_to; Arrow IPC
+columns by loader.formats.arrow.values): a shard without views pays nothing more.
 
 Not ``Array.cast`` for list views: pyarrow 26 casts a ``list_view`` whose offsets are not
 increasing to wrong lists (``[[1], [2, 3], []]`` as ``[[1], [], []]``), so list views are

@@ -1,4 +1,11 @@
-"""Shard formats, registered in one place, chosen by file suffix."""
+"""Shard formats, registered in one place, chosen by file suffix.
+
+A sub-package a format: `parquet` (ParquetFormat), `tar` (TarFormat, with DALI ``.idx``
+sidecars and wids shard lists), `arrow` (ArrowFormat: Arrow IPC and Feather v1). Shared by
+them: `base` (the protocol a format implements), `deferred` (shards indexed by their
+reader), `partitions` (Hive partition columns), `schemas` (shards written by different
+tools).
+"""
 
 from __future__ import annotations
 
@@ -7,10 +14,10 @@ from typing import Any
 import pyarrow as pa
 import pyarrow.compute as pc
 
-from .arrow_ipc import ArrowFormat
+from .arrow.format import ArrowFormat
 from .base import Format
-from .parquet import ParquetFormat
-from .tar import TarFormat
+from .parquet.format import ParquetFormat
+from .tar.format import TarFormat
 
 __all__ = ["FORMATS", "INDEX_FILE", "Format", "format_for", "format_of_url", "formats_of_urls"]
 

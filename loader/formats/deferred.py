@@ -19,7 +19,7 @@ from typing import Any
 from ..errors import StaleSidecarError
 from ..shard import Shard
 from ..storage.filesystems import FileEntry, redact
-from .tar_members import members_of
+from .tar.members import members_of
 
 __all__ = ["complete", "estimated_bytes", "is_deferred"]
 

@@ -20,7 +20,7 @@ import pyarrow as pa
 import pyarrow.compute as pc
 
 from ..columns.arrow_numpy import arrow_of, strings
-from ..formats.parquet_meta import schema_from_b64
+from ..formats.parquet.meta import schema_from_b64
 from ..formats.partitions import hive_values, partition_schema
 from ..formats.schemas import unify_schemas
 from ..storage.filesystems import filesystem
@@ -32,7 +32,7 @@ __all__ = ["assemble", "assemble_rows", "from_ipc", "scanned_rows", "to_ipc"]
 
 log = logging.getLogger(__name__)
 
-_TEXT = "schema_text"  # a scanned Parquet shard's schema, base64 (loader.formats.parquet_meta)
+_TEXT = "schema_text"  # a scanned Parquet shard's schema, base64 (loader.formats.parquet.meta)
 
 
 def scanned_rows(

@@ -29,8 +29,8 @@ from ..columns.arrow_numpy import strings
 from ..errors import StaleSidecarError
 from ..formats import format_for, format_of_url, formats_of_urls, known_suffixes
 from ..formats.partitions import is_hidden
-from ..formats.tar_index import find_idx, index_from_sidecars
-from ..formats.wids import check_wids, read_wids
+from ..formats.tar.idx import find_idx, index_from_sidecars
+from ..formats.tar.wids import check_wids, read_wids
 from ..storage.filesystems import (
     FileEntry,
     file_entry,

@@ -33,7 +33,7 @@ import pyarrow.parquet as pq
 from ..columns.arrays import numbers
 from ..columns.arrow_numpy import string_scalar, strings
 from ..errors import ShardError
-from ..formats.parquet_local import pooled
+from ..formats.parquet.local import pooled
 from ..storage.filesystems import file_entry, filesystem, redact
 from ..storage.retry import RetryPolicy, read_ranges
 from .table import flags, one_array

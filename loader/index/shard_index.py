@@ -15,7 +15,7 @@ import pyarrow as pa
 
 from ..errors import StaleIndexError
 from ..formats import format_for
-from ..formats.parquet_meta import schema_from_b64, schema_to_b64
+from ..formats.parquet.meta import schema_from_b64, schema_to_b64
 from ..formats.schemas import select_schema, unify_schemas
 from ..shard import Shard
 from ..storage.filesystems import (

@@ -31,7 +31,7 @@ import pyarrow.compute as pc
 
 from ..columns.arrays import flags, numbers, one_array
 from ..columns.arrow_numpy import arrow_of, arrow_values
-from ..formats.tar_members import Keys, Members
+from ..formats.tar.members import Keys, Members
 from ..shard import Shard
 from .urls import base_of, full_url, with_base
 

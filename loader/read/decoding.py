@@ -31,7 +31,7 @@ def decode_threads(local: bool = True) -> int:
     Local files: the cores this process may use but two (the consumer's, and one for the
     training loop); none inside a DataLoader worker (a worker is one process a core). With
     Python's GIL a decoding thread takes the GIL back after every pyarrow call, each time
-    the consumer holds it: measured on 2 cores (`scripts/bench.py`, 16 shards x 8,192
+    the consumer holds it: measured on 2 cores (`python -m scripts.bench`, 16 shards x 8,192
     rows), one decoding thread cost 2.9 us of CPU a record, decoding in the consumer 2.3
     us, and read no faster (pyarrow releases the GIL while it decodes a group).
 

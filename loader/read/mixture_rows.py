@@ -10,13 +10,13 @@ from typing import Any
 
 import numpy as np
 
-from shardstream.sampler.mixture_read import segment_parts
+from shardstream.sampler.mixture.read import segment_parts
 from shardstream.sampler.resume import Segment
 
 from ..columns.gather import Selection
 from ..errors import ShardError, redact
 from ..formats import Format
-from ..formats.parquet import ParquetFormat
+from ..formats.parquet.format import ParquetFormat
 
 __all__ = ["STREAM", "StreamRows", "merge", "mixed_parts", "start_all"]
 

@@ -21,7 +21,7 @@ from typing import Any
 import numpy as np
 import numpy.typing as npt
 
-from shardstream.sampler.mixture_read import segment_parts
+from shardstream.sampler.mixture.read import segment_parts
 from shardstream.sampler.packing import PackLine
 from shardstream.sampler.resume import Segment
 

@@ -20,7 +20,7 @@ from torch.utils.data import get_worker_info
 from shardstream.sampler.packing import PackRun
 
 from ..errors import ShardError, StaleIndexError
-from ..formats.parquet_fetch import packed
+from ..formats.parquet.fetch import packed
 from .pack import Pack
 from .rows import TokenRows
 

@@ -15,7 +15,7 @@ from typing import Any
 from tqdm import tqdm
 
 from shardstream.loader import ShardIndex
-from shardstream.loader.formats.tar_index import write_sidecars
+from shardstream.loader.formats.tar.idx import write_sidecars
 from shardstream.loader.index.distributed import build_parallel
 from shardstream.loader.index.shard_index import INDEX_SUFFIXES
 

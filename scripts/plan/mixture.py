@@ -18,7 +18,7 @@ from tqdm import tqdm
 
 if TYPE_CHECKING:  # torch is imported only when a mixture is planned
     from shardstream.loader.index.shard_index import ShardIndex
-    from shardstream.sampler.mixture import MixtureSampler
+    from shardstream.sampler.mixture.sampler import MixtureSampler
 
 __all__ = ["StreamArg", "mixture_doc", "parse_stream"]
 
@@ -85,7 +85,7 @@ def mixture_doc(
     sizes = [_sizes(a, i) for a, i in zip(streams, indexes)]
     weights = [a.weight if a.weight is not None else int(s.sum()) for a, s in zip(streams, sizes)]
 
-    from shardstream.sampler.mixture import MixtureSampler
+    from shardstream.sampler.mixture.sampler import MixtureSampler
 
     def sampler(rank: int) -> MixtureSampler:
         m = MixtureSampler(

@@ -1,0 +1,400 @@
+"""Parquet shards: index from footers alone, read only the row groups and columns needed."""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Iterator, Sequence
+from typing import Any
+
+import numpy as np
+import pyarrow as pa
+import pyarrow.parquet as pq
+import torch
+from fsspec.implementations.local import LocalFileSystem
+from torch.utils.data import get_worker_info
+
+from ...columns.batching import column_to_batch
+from ...columns.gather import Block, gather, padded
+from ...columns.kinds import LENGTHS, Kind, check_length, check_part
+from ...errors import ShardError
+from ...shard import Shard
+from ...storage.filesystems import FileEntry, check_version, redact
+from ...storage.ranges import PartsFile
+from ...storage.retry import RetryPolicy, count_fetched, read_ranges
+from ..deferred import complete, estimated_bytes, is_deferred
+from ..partitions import check_hive_values, partition_arrays
+from .fetch import Fetched, cast_to, fetch_column_chunks, packed, read_errors
+from .local import OpenFiles
+from .meta import (
+    FOOTERS,
+    GROUP_BYTES,
+    SCANS,
+    TAIL,
+    check_footer,
+    column_ranges,
+    footer_details,
+    parse_footer,
+    read_groups,
+    row_groups,
+)
+
+__all__ = ["GROUP_BYTES", "ParquetFormat", "footer_details", "read_groups"]
+
+
+class ParquetFormat:
+    """Parquet shards. For reading, `schema` is the schema of the asked columns every shard
+    gives (ShardIndex.columns_schema), partition columns included (`partitioning`); with
+    `kinds` (batch mode), each piece is made to fit its columns' kinds (loader.columns.kinds)."""
+
+    name = "parquet"
+    suffixes = (".parquet", ".parq", ".pq")
+
+    def __init__(
+        self,
+        retry: RetryPolicy | None = None,
+        schema: pa.Schema | None = None,
+        partitioning: pa.Schema | None = None,
+        kinds: dict[str, Kind] | None = None,
+        lengths: dict[str, int] | None = None,
+        file_schemas: Sequence[pa.Schema] | None = None,
+    ) -> None:
+        self.retry = retry or RetryPolicy()
+        self.schema = schema
+        self.partitions = [] if partitioning is None else partitioning.names
+        self.partitioning = partitioning
+        self.kinds = kinds
+        self.file_schemas = list(file_schemas or [])  # the index's: for memory estimates
+        # plain list columns without a pad value: one row length, fixed by the first read
+        self._fixed = [n for n, k in (kinds or {}).items() if k.ragged and k.pad is None]
+        # plain list columns: the row length first read (shared by a mixture's streams)
+        self._lengths: dict[str, int] = {} if lengths is None else lengths
+        self._open_files = OpenFiles()  # per reading thread: the last files read
+
+    def scan(self, fs: Any, entries: Sequence[FileEntry]) -> list[dict[str, Any]]:
+        """One batched range read of each shard's last `TAIL` bytes (fsspec's cat_ranges
+        runs them concurrently on S3); a second only for footers longer than that. Each read
+        is of the listed version (an S3 object rewritten meanwhile is a StaleIndexError).
+        A shard this process scanned before, at the same size and version, is not read
+        again (`SCANS`: a dataset made again in one process, a notebook's, starts without
+        its footers' reads and parsing, ~0.6 ms a shard)."""
+        known = [SCANS.get((e.url, e.size, e.version)) if e.version else None for e in entries]
+        todo = [e for e, got in zip(entries, known) if got is None]
+        scanned = iter(self._scan(fs, todo) if todo else [])
+        return [dict(got) if got is not None else next(scanned) for got in known]
+
+    def _scan(self, fs: Any, entries: Sequence[FileEntry]) -> list[dict[str, Any]]:
+        urls = [e.url for e in entries]
+        sizes = [e.size for e in entries]
+        indexed = [(e.size, e.version) for e in entries]
+        starts = [max(0, n - TAIL) for n in sizes]
+        tails = read_ranges(fs, urls, starts, sizes, self.retry, indexed)
+        lengths = [check_footer(t[-8:], e) for t, e in zip(tails, entries)]
+        longer = [i for i, (t, n) in enumerate(zip(tails, lengths)) if n + 8 > len(t)]
+        if longer:
+            more = read_ranges(
+                fs,
+                [urls[i] for i in longer],
+                [sizes[i] - 8 - lengths[i] for i in longer],
+                [sizes[i] for i in longer],
+                self.retry,
+                [indexed[i] for i in longer],
+            )
+            for i, footer in zip(longer, more):
+                tails[i] = footer
+        out = []
+        for tail, n, e in zip(tails, lengths, entries):
+            meta, details = footer_details(tail[len(tail) - n - 8 :], e.url)
+            FOOTERS.put((e.url, e.size, e.version), meta, n + 8)
+            if e.version:
+                SCANS.put((e.url, e.size, e.version), details, n + 8)
+            out.append(dict(details))
+        return out
+
+    def metadata(self, fs: Any, shard: Shard, footer: bytes | None = None) -> Any:
+        """The shard's parsed footer: held in memory (FOOTERS), else `footer` (its bytes,
+        of the indexed version) or the bytes read, parsed and then held."""
+        key, size = (shard.url, shard.bytes, shard.version), shard.bytes
+        meta = FOOTERS.get(key)
+        if meta is None:
+            n, indexed = shard.details["footer_bytes"], [(size, shard.version)]
+            if footer is None:
+                (footer,) = read_ranges(fs, [shard.url], [size - n], [size], self.retry, indexed)
+            meta = parse_footer(footer)
+            FOOTERS.put(key, meta, n)
+        return meta
+
+    def read(
+        self, fs: Any, shard: Shard, start: int, stop: int, columns: Sequence[str] | None
+    ) -> pa.Table:
+        """Rows [start, stop) of the asked columns, in the dataset's column order and types,
+        partition columns included: fetches the footer (once per shard and process) and
+        only the column chunks of the asked columns in the row groups holding those rows.
+        A shard that is no longer the indexed version raises StaleIndexError."""
+        return self.decode(fs, self.fetch(fs, shard, start, stop, columns))
+
+    def fetch(
+        self,
+        fs: Any,
+        shard: Shard,
+        start: int,
+        stop: int,
+        columns: Sequence[str] | None,
+        chunks: bool = True,
+    ) -> Fetched:
+        """The storage part of `read`: the footer and (not local, `chunks`) the column
+        chunks. Without `chunks`, a remote shard's chunks are read by the decode, each as
+        pyarrow asks for it (`read_local`: a shard the node cache holds)."""
+        return self.fetch_many(fs, shard, [(start, stop)], columns, chunks)[0]
+
+    def fetch_many(
+        self,
+        fs: Any,
+        shard: Shard,
+        rows: Sequence[tuple[int, int]],
+        columns: Sequence[str] | None,
+        chunks: bool = True,
+    ) -> list[Fetched]:
+        """`fetch` of several row ranges of one shard, their column chunks read together:
+        one coalesced set of ranged reads (fewer, larger requests), shared by all."""
+        shard = complete(self, fs, shard)  # a shard only counted so far: its footer now
+        names, cols = self._names(columns)
+        got = []
+        for start, stop in rows:
+            first_row, groups = row_groups(shard, start, stop)
+            got.append(Fetched(shard, start, stop, first_row, groups, names, cols))
+        every = sorted({g for x in got for g in x.groups})
+        with read_errors(shard.url, every):
+            meta = self.metadata(fs, shard)
+            parts = None
+            local = isinstance(fs, LocalFileSystem)
+            if not local and chunks:
+                parts = fetch_column_chunks(fs, shard, meta, every, cols, self.retry)
+        for x in got:
+            x.meta, x.parts, x.cached = meta, parts, not local and not chunks
+        return got
+
+    def stored_ranges(
+        self, fs: Any, shard: Shard, start: int, stop: int, columns: Sequence[str] | None
+    ) -> tuple[list[int], list[int]] | None:
+        """(starts, ends): the byte ranges a read of rows [start, stop) of the asked columns
+        fetches (its footer's column chunks); None for a shard whose footer this process
+        does not hold (only counted so far, or not read yet): nothing is read here."""
+        meta = None if is_deferred(shard) else FOOTERS.get((shard.url, shard.bytes, shard.version))
+        if meta is None:
+            return None
+        _, groups = row_groups(shard, start, stop)
+        _, cols = self._names(columns)
+        with read_errors(shard.url, groups):
+            starts, ends = column_ranges(shard.url, meta, groups, cols)
+        limit = shard.bytes - int(shard.details["footer_bytes"])
+        return starts, [min(e, limit) for e in ends]
+
+    def _names(self, columns: Sequence[str] | None) -> tuple[list[str] | None, list[str] | None]:
+        """(the columns a read gives, in order; those of them stored in the file: not
+        partition keys). None: all."""
+        names = list(columns) if columns is not None else None
+        if names is None and self.schema is not None:
+            names = self.schema.names
+        cols = None if names is None else [c for c in names if c not in self.partitions]
+        return names, cols
+
+    def decode(self, fs: Any, got: Fetched, table: pa.Table | None = None) -> pa.Table:
+        """The decoding part of `read`: local files are read by pyarrow's own file here
+        (pre-buffered, coalesced; about 20% less CPU than bytes read through fsspec), or
+        were read on a reading thread (`table`: `read_checked`'s rows of `got`'s row groups,
+        the file's version checked there; loader.read.readahead), which this checks and
+        shapes as its own reads."""
+        url, groups, cols = got.shard.url, got.groups, got.cols
+        with read_errors(url, groups):
+            if got.cached:  # read through the node cache, which checks what it serves
+                if table is None:
+                    table = self.read_local(fs, got)
+            elif got.parts is None:
+                if table is None:  # (a reading thread's table was checked there)
+                    try:
+                        table = self.read_local(fs, got)
+                    finally:  # what was read is the indexed file (or a failure is explained)
+                        check_version(fs, url, got.shard.bytes, got.shard.version)
+                starts, ends = column_ranges(url, got.meta, groups, cols)  # the chunks read
+                count_fetched(sum(b - a for a, b in zip(starts, ends)), len(starts))
+            else:
+                # pyarrow decodes from the fetched parts; a read outside them is fetched,
+                # never zero-filled (loader.storage.ranges); the metadata we pass keeps it from
+                # reading the footer again
+                f = PartsFile(url, got.shard.bytes, got.parts, self._fetcher(fs, got.shard))
+                table = pq.ParquetFile(f, metadata=got.meta).read_row_groups(
+                    groups, columns=cols, use_threads=False
+                )
+        rows = got.shard.details["row_group_rows"]
+        if table.num_rows != sum(rows[g] for g in groups):  # a damaged file: the pages hold
+            raise ShardError(  # other counts than the footer says
+                f"{redact(url)}: row groups {list(groups)} decode to {table.num_rows} rows, "
+                f"the footer says {sum(rows[g] for g in groups)}: a damaged file"
+            )
+        part = table.slice(got.start - got.first_row, got.stop - got.start)
+        return self._shape(part, got.shard, got.names)
+
+    def read_local(self, fs: Any, got: Fetched) -> pa.Table:
+        """The rows of a local read's row groups as pyarrow reads them, unchecked (`decode`
+        checks and shapes them): on any thread; each keeps its last few files open. A
+        remote shard fetched without its chunks (`got.cached`) is read the same way through
+        a file whose every read is a ranged read of the indexed version: inside
+        `loader.storage.through.reading_shard`, from the node cache's checked blocks."""
+        # one thread a read: several groups are decoded at once, and pyarrow's pool on
+        # top only adds contention (measured slower)
+        fetch = self._fetcher(fs, got.shard) if got.cached else None
+        return self._open_files.read(fs, got.shard, got.meta, fetch, got.groups, got.cols)
+
+    def cached_reading_ended(self) -> None:
+        """A reading through the node cache ended: its shards' maps and files let go."""
+        self._open_files.drop_cached()
+
+    def read_checked(self, fs: Any, got: Fetched) -> pa.Table:
+        """`read_local` on a reading thread, then a local file's version checked there
+        (`decode` takes its table as checked): the consumer makes no system call for it (a
+        stat releases the GIL, and the consumer then waits behind the reading thread to take
+        it back: 0.1-0.3 ms a group, measured). A read that fails is not checked here: the
+        consumer reads it again (`decode`), which explains it."""
+        table = self.read_local(fs, got)
+        if not got.cached:  # (the node cache checks what it serves)
+            check_version(fs, got.shard.url, got.shard.bytes, got.shard.version)
+        return table
+
+    def _fetcher(self, fs: Any, shard: Shard) -> Callable[[int, int], bytes]:
+        """Exact bytes [start, end) of the indexed version of the shard."""
+        indexed = [(shard.bytes, shard.version)]
+
+        def fetch(start: int, end: int) -> bytes:
+            return read_ranges(fs, [shard.url], [start], [end], self.retry, indexed)[0]
+
+        return fetch
+
+    def _shape(self, table: pa.Table, shard: Shard, names: list[str] | None) -> pa.Table:
+        """A piece as the dataset has it: the file's columns in the asked order, cast where
+        another writer named or nulled them differently, partition values as columns, and
+        (batch mode) each column fitted to its kind."""
+        if self.schema is not None and names is not None:
+            target = pa.schema([self.schema.field(c) for c in table.column_names])
+            if not table.schema.equals(target):
+                table = cast_to(table, target, shard.url)
+            inside = shard.details.get("hive_values")
+            if inside:
+                check_hive_values(table, inside, shard.url)
+            values = shard.details.get("partitions") or {}
+            asked = [c for c in names if c in self.partitions]
+            for name, arr in partition_arrays(
+                self.partitioning or pa.schema([]), values, table.num_rows, asked
+            ).items():
+                table = table.append_column(self.schema.field(name), arr)
+            table = table.select(names)
+        if self.kinds is not None:
+            # plain list lengths are checked by `check`, in reading order (whichever thread
+            # finished first must not decide a column's length), from the lengths `join`
+            # measures
+            table = check_part(table, self.kinds, shard.url)
+        return table
+
+    def piece_bytes(self, shard: Shard, start: int, stop: int) -> int:
+        """Bytes of the row groups holding rows [start, stop), all columns."""
+        if is_deferred(shard):
+            return estimated_bytes(shard, start, stop)
+        _, groups = row_groups(shard, start, stop)
+        return int(sum(shard.details["row_group_bytes"][g] for g in groups))
+
+    def groups(self, shard: Shard) -> list[int]:
+        """Records of each of the shard's read groups (see `read_groups`); a shard whose
+        row groups the index does not know yet (deferred: a manifest's count) is one."""
+        if is_deferred(shard):
+            return [shard.num_records] if shard.num_records else []
+        d = shard.details
+        return read_groups(d.get("row_group_rows", []), d.get("row_group_bytes", []))
+
+    def estimate(self, shard: Shard, start: int, stop: int, columns: Sequence[str] | None) -> int:
+        """About how many bytes reading rows [start, stop) of the asked columns holds in
+        memory: the row groups' uncompressed column chunks (from the index), else their
+        stored bytes. Encoded pages can be smaller than the decoded columns (dictionaries),
+        so the reader scales this by what it measured on the groups it decoded."""
+        if is_deferred(shard):
+            return estimated_bytes(shard, start, stop)
+        _, groups = row_groups(shard, start, stop)
+        d = shard.details
+        plain = d.get("column_uncompressed_bytes")
+        number = d.get("schema", 0)
+        if plain is None or number >= len(self.file_schemas):
+            total = sum(d["row_group_bytes"][g] for g in groups)
+        else:
+            names = self.file_schemas[number].names
+            wanted = set(columns) if columns is not None else set(names)
+            cols = [i for i, n in enumerate(names) if n in wanted]
+            total = sum(plain[c][g] for c in cols for g in groups)
+        rows = sum(d["row_group_rows"][g] for g in groups)
+        return int(total * (stop - start) / rows) if rows else 0
+
+    def reserve(self, nbytes: int) -> None:
+        """A hint of the bytes the reader holds at most (unused: blocks are views)."""
+
+    def check(self, joined: Block, shard: Shard) -> None:
+        """Called in reading order as each group is first needed: a plain list column's
+        rows must have the length the first group read had (ShardError naming the shard)."""
+        for name in self._fixed:
+            lo_hi = joined.lengths.get(name)
+            if lo_hi is not None:
+                check_length(name, shard.url, *lo_hi, self._lengths)
+
+    def join(self, parts: Sequence[pa.Table]) -> Block:
+        """The parts as one Block (numeric columns as views of the decoded buffers).
+
+        Arrow's free memory is not handed back to the OS here: the next groups decode
+        into it. Handing it back every 4 MB (the previous design) made every decode
+        touch fresh pages: 35,000 page faults a pass of the benchmark's 131,072 records,
+        ~25% of the reader's CPU, and a higher peak RSS than reusing it (+102 MB against
+        +75 MB, `python -m scripts.bench`'s RSS growth)."""
+        return Block(parts, self.kinds, self._fixed)
+
+    def release(self, joined: Block) -> None:
+        joined.release()
+
+    def nbytes(self, joined: Block) -> int:
+        """Bytes the joined block holds."""
+        return joined.nbytes
+
+    def take(self, joined: Block, indices: Any) -> dict[str, Any]:
+        return joined.take(np.asarray(indices, dtype=np.int64))
+
+    def gather(self, joined: Sequence[Block], which: Any, rows: Any) -> dict[str, Any]:
+        """Row rows[k] of joined[which[k]] for each k, in order (padding is left to `cut`)."""
+        return gather(joined, np.asarray(which, dtype=np.int64), np.asarray(rows, dtype=np.int64))
+
+    def cut(self, taken: dict[str, Any], lo: int, hi: int) -> dict[str, Any]:
+        """Rows [lo, hi) of what `gather` gave; padded list columns padded to their longest,
+        each with its rows' lengths as ``<column>__len`` (int64), so a model can tell
+        padding from data (``mask = arange(width) < lengths[:, None]``)."""
+        pads = {} if self.kinds is None else {k: v.pad for k, v in self.kinds.items() if v.ragged}
+        out: dict[str, Any] = {}
+        for k, v in taken.items():
+            if pads.get(k) is None:
+                out[k] = v[lo:hi]
+            else:  # padded rows, and their lengths beside them
+                out[k], out[k + LENGTHS] = padded(v[lo:hi], pads[k])
+        return out
+
+    def records(self, taken: dict[str, Any]) -> list[dict[str, Any]] | Iterator[dict[str, Any]]:
+        return Block.records(taken)
+
+    def batch(self, taken: dict[str, Any]) -> dict[str, Any]:
+        """numpy columns -> tensors (they are fresh arrays: no copy; in a DataLoader worker
+        they are packed into one storage, see `packed`); Arrow columns -> lists (with kinds,
+        the column's kind decided that), else tensors or lists as `column_to_batch` says."""
+        arrays = {k: c for k, c in taken.items() if isinstance(c, np.ndarray)}
+        tensors = (
+            packed(arrays)
+            if len(arrays) > 1 and get_worker_info() is not None
+            else {k: torch.from_numpy(c) for k, c in arrays.items()}
+        )
+        return {
+            k: tensors[k]
+            if k in tensors
+            else c.to_pylist()
+            if self.kinds is not None
+            else column_to_batch(c)
+            for k, c in taken.items()
+        }

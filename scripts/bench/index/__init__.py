@@ -1,0 +1,1 @@
+"""scripts.bench.index: the index build benchmark (`python -m scripts.bench.index`)."""

@@ -1,0 +1,1 @@
+"""scripts.bench.scale: starting at scale (`python -m scripts.bench.scale`)."""
