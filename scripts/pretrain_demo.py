@@ -27,6 +27,7 @@ from __future__ import annotations
 import argparse
 import json
 import os
+import shutil
 import subprocess
 import sys
 import tempfile
@@ -43,6 +44,7 @@ from torch import nn
 from torch.nn.parallel import DistributedDataParallel
 from torch.utils.data import DataLoader
 
+from shardstream import write_shards
 from shardstream.loader import Pack, Stream, StreamingDataset
 
 VOCAB = 512
@@ -103,15 +105,21 @@ def make_source(root: Path, shards: int, blocks: int, low: int, first_tag: int) 
         at += n
     tokens += VOCAB * (first_tag + np.arange(tokens.size, dtype=np.int64))
     offsets = np.concatenate(([0], np.cumsum(lengths))).astype(np.int32)
-    cuts = np.linspace(0, len(lengths), shards + 1).astype(int)
-    for k in range(shards):
-        lo, hi = offsets[cuts[k]], offsets[cuts[k + 1]]
-        column = pa.ListArray.from_arrays(
-            pa.array(offsets[cuts[k] : cuts[k + 1] + 1] - lo), pa.array(tokens[lo:hi])
-        )
-        pq.write_table(
-            pa.table({"input_ids": column}), root / f"part-{k:05d}.parquet", row_group_size=100
-        )
+    table = pa.table({"input_ids": pa.ListArray.from_arrays(pa.array(offsets), pa.array(tokens))})
+    if root.exists() and not (root / "_progress.json").exists():
+        shutil.rmtree(root)  # shards of another kind: this run's are written afresh
+    # written as users write theirs: shardstream's writer, about `shards` shards of row
+    # groups of 100 documents, each document's token count kept in the index (a rerun with
+    # the same data finds its shards whole and writes nothing)
+    encoded = pa.BufferOutputStream()
+    pq.write_table(table, encoded)
+    write_shards(
+        table,
+        str(root),
+        shard_bytes=max(1, encoded.tell() // shards),
+        row_group_rows=100,
+        tokens_column="input_ids",
+    )
     return str(root)
 
 

@@ -229,7 +229,7 @@ def test_the_shard_sampler_example_of_how_it_works_runs() -> None:
 def test_the_readme_is_a_users_document() -> None:
     assert len(README.read_text().splitlines()) <= 400
     text = README.read_text()
-    for name in ("reference", "how-it-works", "benchmarks", "development"):
+    for name in ("reference", "how-it-works", "writing", "benchmarks", "development"):
         assert f"](docs/{name}.md)" in text, name  # linked from README
         first, *rest = (DOCS / f"{name}.md").read_text().splitlines()
         assert first.startswith("# ") and not [
@@ -287,27 +287,45 @@ def test_every_relative_link_leads_somewhere() -> None:
     assert checked >= 20
 
 
-def test_the_pretraining_recipe_writes_tokens_and_packs_them(workdir: Path) -> None:
+def test_the_pretraining_recipe_writes_tokens_and_packs_them(
+    workdir: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
     """A tokenizer.json of the user's (here a word-level one trained on the spot: the tests
-    reach no hub) and a text column: the recipe writes token shards and packs them."""
-    import pyarrow as pa
+    reach no hub) and JSON Lines of text: the recipe's module tokenizes them in the writer's
+    2 processes into token shards laid out for 8 x 2 readers, which it then packs."""
+    import json
+
     import pyarrow.parquet as pq
     from tokenizers import Tokenizer, models, pre_tokenizers, trainers
+
+    from shardstream.loader.read.amplification import job_amplification
 
     rng = np.random.default_rng(3)
     words = [f"w{i}" for i in range(300)]
     texts = [" ".join(rng.choice(words, int(rng.integers(5, 200)))) for _ in range(12_000)]
-    pq.write_table(pa.table({"text": texts}), workdir / "data/text.parquet")
+    (workdir / "data/text").mkdir()
+    for f in range(3):
+        with open(workdir / f"data/text/part-{f}.jsonl", "w") as out:
+            out.writelines(json.dumps({"text": t}) + "\n" for t in texts[f * 4000 : (f + 1) * 4000])
     tok = Tokenizer(models.WordLevel(unk_token="[UNK]"))
     tok.pre_tokenizer = pre_tokenizers.Whitespace()
     tok.train_from_iterator(texts, trainers.WordLevelTrainer(special_tokens=["[EOS]", "[UNK]"]))
     tok.save(str(workdir / "tokenizer.json"))
-    (code,) = blocks("### Pretraining on tokens")
+    module, code = blocks("### Pretraining on tokens")
+    assert module.startswith("# tokenize_docs.py")
+    (workdir / "tokenize_docs.py").write_text(module)
+    monkeypatch.syspath_prepend(str(workdir))
     scope = run(PRELUDE + code)
     shards = sorted((workdir / "data/tokens").glob("*.parquet"))
-    assert len(shards) == 2 and pq.ParquetFile(shards[0]).metadata.num_row_groups == 10
+    assert shards and pq.ParquetFile(shards[0]).metadata.num_row_groups > 1
     tokens = sum(len(t.split()) + 1 for t in texts)  # each document's words and its eos
     assert scope["steps"] == -(-(tokens // 129) // 8)
     assert tuple(scope["tokens"].shape)[1] == 129 and scope["tokens"].dtype == torch.int64  # type: ignore[attr-defined]
-    first = scope["ds"].stats()["pack"]  # type: ignore[attr-defined]
+    ds = scope["ds"]
+    assert "tokens:input_ids" in ds.index.table.column_names  # type: ignore[attr-defined]
+    first = ds.stats()["pack"]  # type: ignore[attr-defined]
     assert first["tokens"] == tokens and first["blocks_per_rank"] == tokens // 129
+    from shardstream import StreamingDataset
+
+    job = StreamingDataset("data/tokens/", num_replicas=8, rank=0).sampler
+    assert job_amplification(ds.index, job, 2, 1)[0] <= 1.1  # type: ignore[attr-defined,index]

@@ -48,13 +48,20 @@ def test_readme_examples_pass_mypy_strict(tmp_path: Path) -> None:
     examples = user_examples()
     assert len(examples) >= 8
     # `shardstream` is installed from loader/shardstream (pyproject's package-dir), which
-    # mypy cannot follow through the editable install: a link gives it the same package
-    (tmp_path / "paths").mkdir()
-    (tmp_path / "paths" / "shardstream").symlink_to(REPO / "loader" / "shardstream")
+    # mypy cannot follow through the editable install: links lay it out as installed (as
+    # scripts/typecheck.sh does)
+    view = tmp_path / "paths" / "shardstream"
+    view.mkdir(parents=True)
+    for name in ("__init__.py", "py.typed"):
+        (view / name).symlink_to(REPO / "loader" / "shardstream" / name)
+    for name, folder in (("loader", "loader"), ("sampler", "sampler"), ("write", "scripts/write")):
+        (view / name).symlink_to(REPO / folder)
     files = []
     for i, code in enumerate(examples):
-        path = tmp_path / f"readme_example_{i}.py"
-        path.write_text(PRELUDE + code)
+        # a block that names its file ("# tokenize_docs.py") is a module the next imports
+        named = re.match(r"# (\w+\.py)\n", code)
+        path = tmp_path / (named.group(1) if named else f"readme_example_{i}.py")
+        path.write_text(code if named else PRELUDE + code)
         files.append(str(path))
     config = tmp_path / "mypy.ini"
     config.write_text(CONFIG.format(paths=f"{tmp_path / 'paths'}:{REPO}"))

@@ -35,6 +35,7 @@ from ..errors import ShardError, StaleIndexError, StaleSidecarError
 from ..storage.filesystems import filesystem
 from ..storage.retry import RetryPolicy
 from .assemble import assemble_rows, from_ipc, scanned_rows, to_ipc
+from .beside import find_beside
 from .build import SCAN_BATCH, Listing, discover, scan, shares
 from .shard_index import INDEX_SUFFIXES, ShardIndex
 
@@ -241,7 +242,24 @@ def shared_index(
         return ShardIndex.resolve(source)  # raises the same ValueError on every rank
     if isinstance(source, str) and source.endswith(INDEX_SUFFIXES):
         return _broadcast_saved(source, storage_options)
+    beside = _beside_on_rank_0(source, storage_options)
+    if beside is not None:
+        return _broadcast_saved(beside, storage_options)
     return build_distributed(source, storage_options, retry)
+
+
+def _beside_on_rank_0(source: Any, storage_options: dict[str, Any] | None) -> str | None:
+    """The index saved beside the shards of `source` (loader.index.beside), as rank 0
+    finds it (one request, not R), or None."""
+    box: list[Any] = [None]
+    if dist.get_rank() == 0:
+        try:
+            box[0] = find_beside(source, storage_options)
+        except Exception as e:  # the build that follows names what is wrong
+            log.debug("looking for an index beside %s: %s", source, e)
+    dist.broadcast_object_list(box, src=0)
+    found: str | None = box[0]
+    return found
 
 
 def build_parallel(

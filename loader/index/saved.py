@@ -52,20 +52,22 @@ def write_table(
     schemas: list[str],
     partitioning: str | None,
     compress: bool = False,
+    relative_urls: bool = False,
 ) -> None:
     """Write `table` to the binary file `f`, its metadata beside it (schemas as base64).
     `compress`: zstd-compressed buffers, for an index read whole over the network (a
-    local one stays uncompressed, to be memory-mapped)."""
-    meta = {
-        b"shardstream": json.dumps(
-            {
-                "format_version": TABLE_VERSION,
-                "format": format,
-                "schemas": schemas,
-                "partitioning": partitioning,
-            }
-        ).encode()
+    local one stays uncompressed, to be memory-mapped). `relative_urls`: the table's URLs
+    are relative to the index file's folder (an index saved beside its shards:
+    loader.index.beside), which loading takes as their base."""
+    doc = {
+        "format_version": TABLE_VERSION,
+        "format": format,
+        "schemas": schemas,
+        "partitioning": partitioning,
     }
+    if relative_urls:
+        doc["urls"] = "relative"
+    meta = {b"shardstream": json.dumps(doc).encode()}
     table = table.replace_schema_metadata(meta)
     options = pa.ipc.IpcWriteOptions(compression="zstd" if compress else None)
     with pa.ipc.new_file(f, table.schema, options=options) as writer:

@@ -30,12 +30,13 @@ from ..storage.filesystems import (
     strip_credentials,
 )
 from ..storage.retry import RetryPolicy
+from .beside import find_beside
 from .build import assemble, discover, scan
 from .hf import check_hf_rows, hf_files
 from .listing import Listing
 from .saved import ARROW_MAGIC, portable, read_table, write_table
 from .table import ShardList, layout_columns, numbers, one_array, plain, shard_table
-from .urls import base_of, is_relative, table_urls
+from .urls import base_of, is_relative, table_urls, with_base
 
 __all__ = ["FORMAT_VERSION", "Shard", "ShardIndex"]
 
@@ -330,6 +331,8 @@ class ShardIndex:
         if arrow:
             source = pa.memory_map(path) if data is None else pa.py_buffer(ARROW_MAGIC + data)
             table, meta = read_table(source, url)
+            if meta.get("urls") == "relative":  # beside its shards (loader.index.beside)
+                table = with_base(table, url.rsplit("/", 1)[0])
             parts = meta.get("partitioning")
             return cls(
                 schemas=[schema_from_b64(t) for t in meta.get("schemas", [])],
@@ -387,11 +390,10 @@ class ShardIndex:
             index = cls.build(files, None, progress, retry)
             check_hf_rows(source, index.columns_schema(None).names, index.num_records)
             return index
-        if isinstance(source, str) and source.endswith(INDEX_SUFFIXES):
-            return cls.load(source, storage_options)
+        saved = source if str(source).endswith(INDEX_SUFFIXES) else None
+        if saved := saved or find_beside(source, storage_options):  # (loader.index.beside)
+            return cls.load(saved, storage_options)
         if isinstance(source, str | list | tuple):
             return cls.build(source, storage_options, progress, retry)
-        raise ValueError(
-            "source must be a URL, a list of URLs, a saved index or a ShardIndex, "
-            f"got {type(source).__name__}"
-        )
+        kind = type(source).__name__
+        raise ValueError(f"source must be a URL, list of URLs, saved index or ShardIndex: {kind}")

@@ -9,7 +9,8 @@ The public API in one place::
 
 The distribution installs this one top-level name. Its parts are subpackages:
 ``shardstream.loader`` (storage, index, readers, the dataset), ``shardstream.sampler``
-(pure planning) and ``shardstream.plan`` (the ``shardstream-plan`` command), so a
+(pure planning), ``shardstream.plan`` (the ``shardstream-plan`` command) and
+``shardstream.write`` (``write_shards`` and the ``shardstream-write`` command), so a
 ``loader.py`` or ``sampler.py`` of a user's own project never shadows them.
 """
 
@@ -36,6 +37,7 @@ if TYPE_CHECKING:
     )
     from .loader.storage.ranged_get import RangeIgnoredError
     from .sampler import DistributedSampler, MixtureSampler, ShardSampler
+    from .write import WriteSummary, write_shards
 
 # names imported when first used (PEP 562), as in shardstream.loader: the planner's
 # simulations (shardstream.plan) import this package without torch
@@ -58,6 +60,7 @@ _WHERE = {
     ),
     "RangeIgnoredError": ".loader.storage.ranged_get",
     **dict.fromkeys(["DistributedSampler", "MixtureSampler", "ShardSampler"], ".sampler"),
+    **dict.fromkeys(["WriteSummary", "write_shards"], ".write"),
 }
 
 try:
@@ -81,7 +84,9 @@ __all__ = [
     "StaleSidecarError",
     "Stream",
     "StreamingDataset",
+    "WriteSummary",
     "__version__",
+    "write_shards",
 ]
 
 

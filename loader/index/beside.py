@@ -1,0 +1,75 @@
+"""An index saved beside the shards it indexes, as ``shardstream.write_shards`` leaves it:
+``FOLDER/_shardstream.index.arrow`` (a hidden name: listings skip it), an Arrow index
+(loader.index.saved) whose URLs are relative to its folder, so the folder can be moved
+or copied to another store whole. ``StreamingDataset(FOLDER)`` finds it (`find_beside`:
+one request) and lists nothing and reads no footer; each shard's size and version are in
+it, and every read checks them (a shard rewritten since is a StaleIndexError naming it).
+"""
+
+from __future__ import annotations
+
+import os
+import uuid
+from typing import Any
+
+import fsspec
+import pyarrow as pa
+
+from ..formats import format_of_url
+from ..formats.parquet.meta import schema_to_b64
+from ..storage.filesystems import filesystem, is_local, redact
+from .manifest import is_manifest
+from .saved import write_table
+from .urls import table_urls
+
+__all__ = ["INDEX_NAME", "find_beside", "save_beside"]
+
+INDEX_NAME = "_shardstream.index.arrow"
+
+
+def save_beside(index: Any, url: str, storage_options: dict[str, Any] | None) -> None:
+    """Save `index` (a ShardIndex) at `url` (``FOLDER/_shardstream.index.arrow``), its
+    URLs relative to FOLDER; ValueError for a shard outside FOLDER. Local: written under
+    a hidden name and renamed; an object store's upload is visible only when complete."""
+    folder = url.rsplit("/", 1)[0]
+    urls = table_urls(index.table).to_pylist()
+    outside = [u for u in urls if not u.startswith(folder + "/")]
+    if outside:
+        raise ValueError(f"{redact(outside[0])} is not below {redact(folder)}")
+    names = pa.array([u[len(folder) + 1 :] for u in urls], pa.string())
+    table = index.table.set_column(0, "url", names).replace_schema_metadata(None)
+    fs, path = filesystem(url, storage_options)
+    local = is_local(fs)
+    target = f"{os.path.dirname(path)}/.{INDEX_NAME}.{uuid.uuid4().hex[:8]}.tmp" if local else path
+    with fs.open(target, "wb") as f:
+        write_table(
+            f,
+            table,
+            index.format,
+            [schema_to_b64(s) for s in index.schemas],
+            None if index.partitioning is None else schema_to_b64(index.partitioning),
+            compress=not local,
+            relative_urls=True,
+        )
+    if local:
+        os.replace(target, path)
+
+
+def find_beside(source: object, storage_options: dict[str, Any] | None) -> str | None:
+    """The URL of the index beside the shards of `source` where it is a folder or prefix
+    holding one; None otherwise (a file, glob, list, manifest or saved index, or a folder
+    without one). One request (a HEAD on object stores)."""
+    if not isinstance(source, str) or fsspec.core.has_magic(source) or is_manifest(source):
+        return None
+    if format_of_url(source) or source.lower().endswith((".json", ".arrow")):
+        return None
+    url = f"{source.rstrip('/')}/{INDEX_NAME}"
+    fs, path = filesystem(url, storage_options)
+    if is_local(fs):
+        return url if os.path.isfile(path) else None
+    try:
+        fs.invalidate_cache(path)
+        info = fs.info(path)
+    except Exception:  # none there, or the store refuses: the build that follows names why
+        return None
+    return url if info.get("type", "file") == "file" else None

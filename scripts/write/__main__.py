@@ -1,0 +1,7 @@
+"""``python -m shardstream.write SOURCE DEST ...``: the ``shardstream-write`` command."""
+
+import sys
+
+from .cli import main
+
+sys.exit(main())
