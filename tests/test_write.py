@@ -322,3 +322,20 @@ def test_under_torchrun_every_rank_starts_from_the_written_index(tmp_path: Path)
     want = hashlib.sha256(json.dumps(listed.to_json(), sort_keys=True).encode()).hexdigest()
     assert [r.get("digest") for r in results] == [want, want], results
     assert [r["fetched"] for r in results] == [0, 0]  # no shard's byte read to start
+
+
+def test_a_rewritten_shard_is_stale_and_a_copied_folder_reads(tmp_path: Path) -> None:
+    import shutil
+
+    from shardstream import StaleIndexError
+
+    src, dest = tmp_path / "src", tmp_path / "dest"
+    want = _pandas_source(src, n=3_000)
+    write_shards(str(src), str(dest), shard_bytes=20_000)
+    shutil.copytree(dest, tmp_path / "copy")  # new modification times and inodes
+    got = [row for x in StreamingDataset(str(tmp_path / "copy")) for row in rows_of(x, False)]
+    _same_records(got, want)
+    shard = dest / "part-00001.parquet"
+    pq.write_table(pq.read_table(shard), shard)  # the same rows, written again
+    with pytest.raises(StaleIndexError, match=r"part-00001\.parquet"):
+        list(StreamingDataset(str(dest)))

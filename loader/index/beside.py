@@ -8,6 +8,7 @@ it, and every read checks them (a shard rewritten since is a StaleIndexError nam
 
 from __future__ import annotations
 
+import logging
 import os
 import uuid
 from typing import Any
@@ -17,12 +18,14 @@ import pyarrow as pa
 
 from ..formats import format_of_url
 from ..formats.parquet.meta import schema_to_b64
-from ..storage.filesystems import filesystem, is_local, redact
+from ..storage.filesystems import filesystem, is_local, redact, strip_credentials
 from .manifest import is_manifest
 from .saved import write_table
-from .urls import table_urls
+from .urls import table_urls, with_base
 
-__all__ = ["INDEX_NAME", "find_beside", "save_beside"]
+__all__ = ["INDEX_NAME", "find_beside", "relocated", "save_beside"]
+
+log = logging.getLogger(__name__)
 
 INDEX_NAME = "_shardstream.index.arrow"
 
@@ -49,10 +52,32 @@ def save_beside(index: Any, url: str, storage_options: dict[str, Any] | None) ->
             [schema_to_b64(s) for s in index.schemas],
             None if index.partitioning is None else schema_to_b64(index.partitioning),
             compress=not local,
-            relative_urls=True,
+            relative_urls=_where(folder),
         )
     if local:
         os.replace(target, path)
+
+
+def _where(folder: str) -> str:
+    """`folder` as compared when loading: local paths absolute, no credentials."""
+    return os.path.abspath(folder) if "://" not in folder else strip_credentials(folder)
+
+
+def relocated(table: pa.Table, meta: dict[str, Any], url: str) -> pa.Table:
+    """The table of an index saved beside its shards, loaded from `url`: its URLs relative
+    to the folder it is in now. Found where it was written, every read checks each shard's
+    version; found elsewhere (the folder copied or moved: a copy changes modification
+    times and inodes, another store has its own ETags), the sizes are checked, not the
+    versions."""
+    folder = url.rsplit("/", 1)[0]
+    table = with_base(table, folder)
+    if meta.get("folder") != _where(folder):
+        log.info("%s: the index was written in another folder: shard sizes are checked, not "
+                 "versions", redact(url))  # fmt: skip
+        at = table.schema.get_field_index("version")
+        nulls = pa.nulls(table.num_rows, pa.string())
+        table = table.set_column(at, table.schema.field(at), nulls)
+    return table
 
 
 def find_beside(source: object, storage_options: dict[str, Any] | None) -> str | None:

@@ -52,13 +52,13 @@ def write_table(
     schemas: list[str],
     partitioning: str | None,
     compress: bool = False,
-    relative_urls: bool = False,
+    relative_urls: str | None = None,
 ) -> None:
     """Write `table` to the binary file `f`, its metadata beside it (schemas as base64).
     `compress`: zstd-compressed buffers, for an index read whole over the network (a
-    local one stays uncompressed, to be memory-mapped). `relative_urls`: the table's URLs
-    are relative to the index file's folder (an index saved beside its shards:
-    loader.index.beside), which loading takes as their base."""
+    local one stays uncompressed, to be memory-mapped). `relative_urls`: the folder the
+    index is saved in, to which the table's URLs are relative (an index saved beside its
+    shards: loader.index.beside); loading takes the folder it is found in as their base."""
     doc = {
         "format_version": TABLE_VERSION,
         "format": format,
@@ -66,7 +66,7 @@ def write_table(
         "partitioning": partitioning,
     }
     if relative_urls:
-        doc["urls"] = "relative"
+        doc["urls"], doc["folder"] = "relative", relative_urls
     meta = {b"shardstream": json.dumps(doc).encode()}
     table = table.replace_schema_metadata(meta)
     options = pa.ipc.IpcWriteOptions(compression="zstd" if compress else None)

@@ -30,13 +30,13 @@ from ..storage.filesystems import (
     strip_credentials,
 )
 from ..storage.retry import RetryPolicy
-from .beside import find_beside
+from .beside import find_beside, relocated
 from .build import assemble, discover, scan
 from .hf import check_hf_rows, hf_files
 from .listing import Listing
 from .saved import ARROW_MAGIC, portable, read_table, write_table
 from .table import ShardList, layout_columns, numbers, one_array, plain, shard_table
-from .urls import base_of, is_relative, table_urls, with_base
+from .urls import base_of, is_relative, table_urls
 
 __all__ = ["FORMAT_VERSION", "Shard", "ShardIndex"]
 
@@ -332,7 +332,7 @@ class ShardIndex:
             source = pa.memory_map(path) if data is None else pa.py_buffer(ARROW_MAGIC + data)
             table, meta = read_table(source, url)
             if meta.get("urls") == "relative":  # beside its shards (loader.index.beside)
-                table = with_base(table, url.rsplit("/", 1)[0])
+                table = relocated(table, meta, url)
             parts = meta.get("partitioning")
             return cls(
                 schemas=[schema_from_b64(t) for t in meta.get("schemas", [])],

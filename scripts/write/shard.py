@@ -55,6 +55,7 @@ class Job:
     compression: str
     tokens_column: str | None
     storage_options: dict[str, Any] | None
+    dictionary: list[str]  # the columns dictionary-encoded (layout.dictionary_columns)
 
 
 @dataclass
@@ -102,7 +103,8 @@ def _write(job: Job, k: int, f: Any) -> tuple[int, np.ndarray | None]:
     where = locate(job.source, *job.layout.bounds(k))
     mapped = mapped_batches(_tables(job, k), job.fn, job.batch_size, job.schema, where)
     records, counts = 0, []
-    with pq.ParquetWriter(f, job.schema, compression=job.compression) as writer:
+    options = {"compression": job.compression, "use_dictionary": job.dictionary}
+    with pq.ParquetWriter(f, job.schema, **options) as writer:
         for group in _groups(mapped, job.layout.rows_per_group):
             if group.schema != job.schema:
                 group = group.cast(job.schema)

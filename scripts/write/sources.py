@@ -146,6 +146,8 @@ class IndexedSource(Source):
     storage_options: dict[str, Any] | None
     spilled: bool = False  # our own spill of records in memory: known by content
     _fmt: Format | None = field(default=None, repr=False)
+    # the read group the next shard's records begin in: (unit, first row, its table)
+    _held: tuple[int, int, pa.Table] | None = field(default=None, repr=False)
 
     def __post_init__(self) -> None:
         self.counts = [int(n) for n in self.index.shard_sizes.tolist()]
@@ -162,7 +164,7 @@ class IndexedSource(Source):
             self.schema = self.index.columns_schema(self.columns)
 
     def __getstate__(self) -> dict[str, Any]:
-        return {**self.__dict__, "_fmt": None}
+        return {**self.__dict__, "_fmt": None, "_held": None}
 
     def _format(self) -> Format:
         if self._fmt is None:
@@ -178,19 +180,33 @@ class IndexedSource(Source):
         return self._fmt
 
     def read(self, unit: int, start: int, stop: int) -> Iterator[pa.Table]:
+        """A read group at a time, each fetched and decoded once: a group that runs past
+        `stop` is held for the next shard's records (a process writes runs of
+        consecutive shards), so a shard bound inside a group does not decode it twice."""
         shard = self.index.shards[unit]
         fmt = self._format()
         fs, _ = filesystem(shard.url, self.storage_options)
         lo = 0
-        for n in fmt.groups(shard):  # a read group at a time: each is fetched once
-            a, b = max(start, lo), min(stop, lo + n)
-            lo += n
+        for n in fmt.groups(shard):
+            first, last = lo, lo + n
+            lo = last
+            a, b = max(start, first), min(stop, last)
             if a >= b:
                 continue
-            got = fmt.read(fs, shard, a, b, self.columns)
-            yield self._table(got) if isinstance(got, list) else got
-            if lo >= stop:
+            held = self._held
+            if held is not None and held[:2] == (unit, first):
+                table, base = held[2], first
+            elif last > stop:  # the next shard begins in this group: read it whole
+                table, base = self._as_table(fmt.read(fs, shard, first, last, self.columns)), first
+            else:
+                table, base = self._as_table(fmt.read(fs, shard, a, b, self.columns)), a
+            self._held = (unit, first, table) if last > stop else None
+            yield table.slice(a - base, b - a)
+            if last >= stop:
                 break
+
+    def _as_table(self, got: Any) -> pa.Table:
+        return self._table(got) if isinstance(got, list) else got
 
     def _table(self, samples: list[dict[str, Any]]) -> pa.Table:
         """Tar samples as a table: ``__key__`` and each extension's bytes (null where a

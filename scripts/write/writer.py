@@ -12,6 +12,7 @@ from __future__ import annotations
 import functools
 import logging
 import multiprocessing
+import os
 import pickle
 import time
 from collections.abc import Iterator
@@ -77,15 +78,38 @@ class WriteSummary:
 _JOB: Job | None = None  # the job of this writer process (set once by _init)
 
 
-def _init(job: Job) -> None:
+def _init(job: Job | None, env: dict[str, str] | None = None) -> None:
+    """This process's job; `env`: the caller's environment as it is now (a fork server's
+    children would otherwise have the environment it started with)."""
     global _JOB
     _JOB = job
+    if env is not None:
+        os.environ.clear()
+        os.environ.update(env)
 
 
 def _task(task: tuple[str, int]) -> Done:
     kind, k = task
     assert _JOB is not None
     return write_shard(_JOB, k) if kind == "write" else read_back(_JOB, k)
+
+
+def _run_of(tasks: list[tuple[str, int]]) -> list[Done]:
+    """Consecutive shards, in order (a source read group they share is decoded once)."""
+    return [_task(t) for t in tasks]
+
+
+def _context() -> Any:
+    """Fresh processes from a fork server that has imported the writer once: each starts
+    in milliseconds, and none inherits the caller's threads (a tokenizer's pool, torch's)."""
+    if "forkserver" not in multiprocessing.get_all_start_methods():
+        return multiprocessing.get_context("spawn")
+    ctx = multiprocessing.get_context("forkserver")
+    ctx.set_forkserver_preload(["shardstream.write.shard"])
+    from multiprocessing import forkserver
+
+    forkserver.ensure_running()  # it imports the writer while this process works on
+    return ctx
 
 
 def _check(
@@ -144,8 +168,7 @@ def _source(
         kind, entries = text
         args = [(kind, e, storage_options) for e in entries]
         if num_proc > 1 and len(args) > 1:  # one pass over each file, in parallel
-            ctx = multiprocessing.get_context("spawn")
-            with ProcessPoolExecutor(min(num_proc, len(args)), ctx) as pool:
+            with ProcessPoolExecutor(min(num_proc, len(args)), _context()) as pool:
                 counted = list(pool.map(count_text, *zip(*args)))
         else:
             counted = [count_text(*a) for a in args]
@@ -185,15 +208,19 @@ def _index(dones: list[Done], layout: Layout, job: Job) -> ShardIndex:
 
 
 def _parallel(job: Job, tasks: list[tuple[str, int]], num_proc: int) -> Iterator[Done]:
-    """The tasks run in `num_proc` fresh (spawned) processes, each given the job once;
-    results as they finish. A process that dies (killed, out of memory) is a
-    RuntimeError, never a wait: what was whole stays, and the write can be resumed."""
-    ctx = multiprocessing.get_context("spawn")
-    with ProcessPoolExecutor(num_proc, ctx, initializer=_init, initargs=(job,)) as pool:
-        futures = [pool.submit(_task, t) for t in tasks]
+    """The tasks in `num_proc` processes (`_context`), each given the job once, in runs of
+    consecutive shards (about 4 a process); results as runs finish. A process that dies
+    (killed, out of memory) is a RuntimeError, never a wait: what was whole stays, and
+    the write can be resumed."""
+    size = max(1, -(-len(tasks) // (4 * num_proc)))
+    runs = [tasks[i : i + size] for i in range(0, len(tasks), size)]
+    with ProcessPoolExecutor(
+        num_proc, _context(), initializer=_init, initargs=(job, dict(os.environ))
+    ) as pool:
+        futures = [pool.submit(_run_of, run) for run in runs]
         try:
             for future in as_completed(futures):
-                yield future.result()
+                yield from future.result()
         except BrokenProcessPool as e:
             raise RuntimeError(
                 f"a writing process of {redact(job.dest)} died ({e}): the shards whole so "
@@ -205,7 +232,8 @@ def _parallel(job: Job, tasks: list[tuple[str, int]], num_proc: int) -> Iterator
 
 
 def _run(job: Job, tasks: list[tuple[str, int]], num_proc: int, bar: bool) -> Iterator[Done]:
-    results = _parallel(job, tasks, num_proc) if num_proc > 1 and tasks else _serial(job, tasks)
+    writes = any(kind == "write" for kind, _ in tasks)
+    results = _parallel(job, tasks, num_proc) if num_proc > 1 and writes else _serial(job, tasks)
     yield from tqdm(results, total=len(tasks), unit="shard", disable=not bar)
 
 
@@ -215,7 +243,7 @@ def _serial(job: Job, tasks: list[tuple[str, int]]) -> Iterator[Done]:
         for task in tasks:
             yield _task(task)
     finally:
-        _init(None)  # type: ignore[arg-type]
+        _init(None)
 
 
 def write_shards(
@@ -255,10 +283,12 @@ def write_shards(
     shard_bytes = parse_size(shard_bytes, "shard_bytes")  # "256MB" or bytes
     _check(num_proc, world_size, workers, shard_bytes, row_group_rows, batch_size, fn)
     dest = str(as_url(dest)).rstrip("/")
+    if num_proc > 1:
+        _context()  # the fork server starts now, importing while the source is indexed
     src = _source(source, dest, columns, storage_options, num_proc)
     if tokens_column is not None and fn is None and tokens_column not in src.schema.names:
         raise ValueError(f"tokens_column {tokens_column!r} is not a column: {src.schema}")
-    taken, made, made_bytes, schema = sample(src, fn, batch_size, compression)
+    taken, made, made_bytes, schema, dictionary = sample(src, fn, batch_size, compression)
     measured = (taken, made, made_bytes)
     layout = choose_layout(
         src.num_records, measured, world_size, workers, shard_bytes, row_group_rows
@@ -271,6 +301,7 @@ def write_shards(
             "compression": compression,
             "tokens_column": tokens_column,
             "columns": columns,
+            "dictionary": dictionary,
         },
         "layout": asdict(layout),
     }
@@ -278,7 +309,16 @@ def write_shards(
     leftovers(dest, storage_options, names)
     found = found_shards(names, layout.num_shards, dest)
     job = Job(
-        src, layout, dest, fn, batch_size, schema, compression, tokens_column, storage_options
+        src,
+        layout,
+        dest,
+        fn,
+        batch_size,
+        schema,
+        compression,
+        tokens_column,
+        storage_options,
+        dictionary,
     )
     tasks = [("read" if k in found else "write", k) for k in range(layout.num_shards)]
     dones = list(_run(job, tasks, num_proc, progress))
