@@ -17,10 +17,9 @@ import fsspec
 import pyarrow as pa
 
 from ..formats import format_of_url
-from ..formats.parquet.meta import schema_to_b64
 from ..storage.filesystems import filesystem, is_local, redact, strip_credentials
 from .manifest import is_manifest
-from .saved import write_table
+from .saved import write_index
 from .urls import table_urls, with_base
 
 __all__ = ["INDEX_NAME", "find_beside", "relocated", "save_beside"]
@@ -45,15 +44,7 @@ def save_beside(index: Any, url: str, storage_options: dict[str, Any] | None) ->
     local = is_local(fs)
     target = f"{os.path.dirname(path)}/.{INDEX_NAME}.{uuid.uuid4().hex[:8]}.tmp" if local else path
     with fs.open(target, "wb") as f:
-        write_table(
-            f,
-            table,
-            index.format,
-            [schema_to_b64(s) for s in index.schemas],
-            None if index.partitioning is None else schema_to_b64(index.partitioning),
-            compress=not local,
-            relative_urls=_where(folder),
-        )
+        write_index(f, index, table, compress=not local, relative_urls=_where(folder))
     if local:
         os.replace(target, path)
 

@@ -19,10 +19,11 @@ from typing import Any
 import pyarrow as pa
 import pyarrow.compute as pc
 
+from ..formats.parquet.meta import schema_to_b64
 from ..storage.filesystems import redact, strip_credentials
 from .urls import relative, with_base
 
-__all__ = ["ARROW_MAGIC", "TABLE_VERSION", "portable", "read_table", "write_table"]
+__all__ = ["ARROW_MAGIC", "TABLE_VERSION", "portable", "read_table", "write_index", "write_table"]
 
 log = logging.getLogger(__name__)
 
@@ -72,6 +73,23 @@ def write_table(
     options = pa.ipc.IpcWriteOptions(compression="zstd" if compress else None)
     with pa.ipc.new_file(f, table.schema, options=options) as writer:
         writer.write_table(table, max_chunksize=max(1, table.num_rows))
+
+
+def write_index(
+    f: Any, index: Any, table: pa.Table, compress: bool, relative_urls: str | None = None
+) -> None:
+    """`write_table` of `table`, the index table of `index` (a ShardIndex: its format,
+    Parquet schemas and partitioning go to the metadata) as it is to be saved."""
+    parts = index.partitioning
+    write_table(
+        f,
+        table,
+        index.format,
+        [schema_to_b64(s) for s in index.schemas],
+        None if parts is None else schema_to_b64(parts),
+        compress=compress,
+        relative_urls=relative_urls,
+    )
 
 
 def read_table(source: Any, where: str) -> tuple[pa.Table, dict[str, Any]]:

@@ -34,7 +34,7 @@ from .beside import find_beside, relocated
 from .build import assemble, discover, scan
 from .hf import check_hf_rows, hf_files
 from .listing import Listing
-from .saved import ARROW_MAGIC, portable, read_table, write_table
+from .saved import ARROW_MAGIC, portable, read_table, write_index
 from .table import ShardList, layout_columns, numbers, one_array, plain, shard_table
 from .urls import base_of, is_relative, table_urls
 
@@ -308,14 +308,7 @@ class ShardIndex:
             return
         table = portable(self.table.set_column(0, "url", table_urls(self.table)))
         with fs.open(path, "wb") as f:
-            write_table(
-                f,
-                table,
-                self._format,
-                [schema_to_b64(s) for s in self.schemas],
-                None if self.partitioning is None else schema_to_b64(self.partitioning),
-                compress=not is_local(fs),
-            )
+            write_index(f, self, table, compress=not is_local(fs))
 
     @classmethod
     def load(cls, url: UrlOrPath, storage_options: dict[str, Any] | None = None) -> ShardIndex:

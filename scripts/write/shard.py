@@ -145,14 +145,16 @@ def write_shard(job: Job, k: int) -> Done:
     return _done(job, k, url, records, tokens)
 
 
-def _done(job: Job, k: int, url: str, records: int, tokens: np.ndarray | None) -> Done:
-    """Shard k as the index holds it: its size and version now, and its footer."""
+def _done(job: Job, k: int, url: str, records: int | None, tokens: np.ndarray | None) -> Done:
+    """Shard k as the index holds it: its size and version now, and its footer; the
+    records written (None: a shard found whole, counted by its footer)."""
     entry = file_entry(url, job.storage_options)
     fs, _ = filesystem(url, job.storage_options)
     (scanned,) = format_for("parquet").scan(fs, [entry])
-    if scanned["num_records"] != records:
-        raise RuntimeError(f"{redact(url)}: {scanned['num_records']} records, {records} written")
-    return Done(k, entry, scanned, records, tokens)
+    found = int(scanned["num_records"])
+    if records is not None and found != records:
+        raise RuntimeError(f"{redact(url)}: {found} records, {records} written")
+    return Done(k, entry, scanned, found, tokens)
 
 
 def read_back(job: Job, k: int) -> Done:
@@ -164,7 +166,4 @@ def read_back(job: Job, k: int) -> Done:
         with fs.open(path, "rb") as f:
             table = pq.read_table(f, columns=[job.tokens_column])
         tokens = _token_counts(table, job.tokens_column)
-    entry = file_entry(url, job.storage_options)
-    fs, _ = filesystem(url, job.storage_options)
-    (scanned,) = format_for("parquet").scan(fs, [entry])
-    return Done(k, entry, scanned, int(scanned["num_records"]), tokens)
+    return _done(job, k, url, None, tokens)
