@@ -20,6 +20,7 @@ from torch.utils.data import IterableDataset, get_worker_info
 from shardstream.sampler import MixtureSampler, ShardSampler, Topology
 from shardstream.sampler.checks import IntLike, as_int
 
+from . import peek
 from .cache.locality import NodeOptions
 from .cursor import Cursor
 from .epoch import EpochState
@@ -202,6 +203,16 @@ class DatasetBase(IterableDataset[Any]):
         """The node options of every cache this dataset reads through (a mixture: one a
         stream)."""
         return [self.node]
+
+    def head(self, n: IntLike) -> list[Any]:
+        """The first `n` items this rank yields in this epoch's order (records, batches or
+        blocks, transformed), read apart from the dataset's own pass (loader.peek)."""
+        return peek.head(self, n)
+
+    def take(self, n: IntLike) -> list[dict[str, Any]]:
+        """The first `n` records of this rank in this epoch's order, as dicts, before
+        `transform` (loader.peek): a look at what a dataset of batches is made of."""
+        return peek.take(self, n)
 
     def reset_stats(self) -> None:
         """Zero the counters (of this process and its workers)."""

@@ -5,15 +5,17 @@ from __future__ import annotations
 from collections.abc import Iterator, Mapping, Sequence
 from typing import Any
 
+import pyarrow.compute as pc
 from torch.utils.data import get_worker_info
 
 from shardstream.sampler import DEFAULT_WINDOW, ShardSampler, Topology
-from shardstream.sampler.checks import IntLike
+from shardstream.sampler.checks import IntLike, as_int
 from shardstream.sampler.plan import Plan
 from shardstream.sampler.resume import cut_segments
 
 from .base import RECORD_STEP, DatasetBase, init_signature
 from .cache.locality import NodeOptions
+from .columns.batch_format import arrow_batches, arrow_kinds, check_batch_format, shaped
 from .columns.batching import regroup
 from .columns.kinds import Kind, kinds_of
 from .formats import Format
@@ -27,6 +29,7 @@ from .options import Transform, check_batch_options, check_decode
 from .read.amplification import LIMIT as AMPLIFICATION_LIMIT
 from .read.amplification import job_amplification, log, warning_text
 from .read.plan_reader import PlanReader
+from .selection import check_filter, check_split, select
 from .state import Layout
 from .storage.filesystems import UrlOrPath
 from .storage.retry import RetryPolicy
@@ -109,6 +112,9 @@ class StreamingDataset(DatasetBase):
         locality: str | None = None,
         local_world_size: IntLike | None = None,
         pack: Pack | None = None,
+        filter: pc.Expression | None = None,
+        split: tuple[float, float] | None = None,
+        batch_format: str = "torch",
     ) -> None:
         super().__init__()
         if epoch_size is not None:
@@ -129,6 +135,8 @@ class StreamingDataset(DatasetBase):
             log_every,
             transform,
         )
+        self.batch_format = check_batch_format(batch_format, self.batch_size, pack)
+        self.filter, self.split = check_filter(filter), check_split(split)
         topo = self._topology(num_replicas, rank)
         self._node_args = (cache_dir, cache_limit, locality, local_world_size)
         self.node = NodeOptions.check(*self._node_args, topo.world_size)
@@ -136,7 +144,7 @@ class StreamingDataset(DatasetBase):
         if pack is not None:
             self.columns = pack_columns(pack, self.columns, fill_nulls, pad, locality)
         if pack is None:
-            check_batch_options(self.batch_size, fill_nulls, pad)
+            check_batch_options(self.batch_size, fill_nulls, pad, self.batch_format)
         self.index = shared_index(source, self.storage_options, self.retry)
         check_decode(decode, allow_pickle, [self.index.format])
         if pack is not None and self.index.format == "tar":
@@ -155,13 +163,26 @@ class StreamingDataset(DatasetBase):
             if self.schema is not None and self.batch_size is not None and pack is None
             else None
         )
+        if self.kinds is not None and self.batch_format != "torch":
+            self.kinds = arrow_kinds(self.schema)  # gathered as Arrow, made a RecordBatch
+        # the records: all of the index's, or those `filter` and `split` select
+        # (loader.selection); what the sampler plans over and the reader reads
+        self.view = select(
+            self.index,
+            self._make_format(self.index, None, None),
+            self.filter,
+            self.split,
+            as_int("seed", seed),
+            self.storage_options,
+            self.retry,
+        )
         if pack is not None and self.schema is not None:
             check_token_column(self.schema, pack)
             self.kinds = {pack.column: Kind(False)}  # handed to the packer as Arrow lists
         # where each shard's read groups lie: the reading order shuffles group by group
-        self.groups = ShardGroups(self.index.shards, self._format().groups)
+        self.groups = ShardGroups(self.view.shards, self._format().groups)
         self.sampler = ShardSampler(
-            self.index,
+            self.view,
             topo.world_size,
             topo.rank,
             shuffle,
@@ -174,7 +195,7 @@ class StreamingDataset(DatasetBase):
         self.packing = (
             None
             if pack is None
-            else Packing(pack, self.index, self._format(), self.storage_options, topo.world_size)
+            else Packing(pack, self.view, self._format(), self.storage_options, topo.world_size)
         )
         self.packings = [] if self.packing is None else [self.packing]
         self._start_epochs()
@@ -204,7 +225,7 @@ class StreamingDataset(DatasetBase):
         )
 
     def _format(self) -> Format:
-        return self._make_format(self.index, self.schema, self.kinds)
+        return self._make_format(self.view, self.schema, self.kinds)
 
     def __iter__(self) -> Iterator[Any]:
         self._settle()
@@ -221,7 +242,7 @@ class StreamingDataset(DatasetBase):
         root = layout.root(layout.base_of(self._resume, self.epoch))
         stats = self._stats.mine(0 if info is None else 1 + worker)
         reader = PlanReader(
-            self.index,
+            self.view,
             fmt,
             columns=self.columns,
             storage_options=self.storage_options,
@@ -260,21 +281,26 @@ class StreamingDataset(DatasetBase):
         taken = reader.parts(runs, self.batch_size or RECORD_STEP)
         if self.batch_size is None:
             deliveries: Iterator[Any] = (fmt.records(part) for part in taken)
+        elif self.batch_format != "torch" and self.kinds is not None:
+            arrow = arrow_batches(taken, self.batch_size)
+            deliveries = ([shaped(b, self.batch_format)] for b in arrow)
         else:
             batches = regroup((fmt.batch(part) for part in taken), self.batch_size, self.pad)
+            if self.batch_format != "torch":  # tar samples' batches: from their lists
+                batches = (shaped(b, self.batch_format) for b in batches)
             deliveries = ([b] for b in batches)
         return self._hand_out(deliveries, stats, info is not None, worker, records, layout.item)
 
     def _warn_amplified(self, workers: int) -> None:
         """One WARNING a job (from rank 0) when any reader of any rank fetches much more
         than its records' bytes (loader.read.amplification)."""
-        worst = job_amplification(self.index, self.sampler, workers, self.batch_size or 1)
+        worst = job_amplification(self.view, self.sampler, workers, self.batch_size or 1)
         if worst is not None and worst[0] > AMPLIFICATION_LIMIT:
             log.warning(warning_text(worst, self.sampler.num_replicas, workers))
 
     def _name_of(self, shard: int) -> tuple[str, str | None]:
         """(url, version) of a shard: what its node cache blocks are named by."""
-        entry = self.index.shards[shard]
+        entry = self.view.shards[shard]
         return entry.url, entry.version
 
     def _plan(self, root: Layout, rank: int, worker: int) -> Plan:

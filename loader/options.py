@@ -55,10 +55,19 @@ def column_list(columns: object) -> list[str] | None:
     return names
 
 
-def check_batch_options(batch_size: int | None, fill_nulls: object, pad: object) -> None:
+def check_batch_options(
+    batch_size: int | None, fill_nulls: object, pad: object, batch_format: str = "torch"
+) -> None:
     """`fill_nulls` and `pad` shape batches' tensors: without `batch_size` (records, which
-    carry None and lists as they are) they would do nothing, so they are refused."""
+    carry None and lists as they are) or in batches of another `batch_format` than torch
+    (which carry them as Arrow does) they would do nothing, so they are refused."""
     given = [name for name, value in (("fill_nulls", fill_nulls), ("pad", pad)) if value]
+    if given and batch_format != "torch":
+        raise ValueError(
+            f"{' and '.join(given)} shape the tensors of torch batches; "
+            f"batch_format={batch_format!r} batches carry nulls and ragged lists as Arrow "
+            "does: leave them out"
+        )
     if batch_size is None and given:
         raise ValueError(
             f"{' and '.join(given)} shape the tensors of batches (batch_size=B); records "

@@ -10,7 +10,14 @@ from typing import Any
 
 from .columns.kinds import Kind, kinds_of
 
-__all__ = ["Stream", "check_formats", "check_kinds", "is_mixture", "stream_name"]
+__all__ = [
+    "Stream",
+    "check_formats",
+    "check_kinds",
+    "check_stream_column",
+    "is_mixture",
+    "stream_name",
+]
 
 
 @dataclass(frozen=True)
@@ -20,7 +27,8 @@ class Stream:
     string; names are unique, and seed the stream's shuffles) and its own storage options
     (default: the dataset's), so two streams may live in two buckets or endpoints.
     `cache_dir` and `cache_limit` (default: the dataset's) give the stream its own node
-    cache folder and bound (loader.cache.node)."""
+    cache folder and bound (loader.cache.node). `filter` and `split` select the stream's
+    records as StreamingDataset's do for one source (with the dataset's seed)."""
 
     source: Any
     weight: float | None = None
@@ -28,6 +36,14 @@ class Stream:
     storage_options: dict[str, Any] | None = None
     cache_dir: Any = None
     cache_limit: int | str | None = None
+    filter: Any = None  # a pyarrow.compute.Expression: the stream's records that pass it
+    split: tuple[float, float] | None = None  # a seeded fraction of them (loader.selection)
+
+    def __post_init__(self) -> None:
+        from .selection import check_filter, check_split  # (it imports the index: later)
+
+        check_filter(self.filter)
+        check_split(self.split)
 
 
 def is_mixture(source: Any) -> bool:
@@ -59,6 +75,18 @@ def check_formats(
             f"streams of different formats {by_name} cannot form batches: their records "
             "have different shapes; use record mode (batch_size=None) or one format"
         )
+
+
+def check_stream_column(names: Sequence[str], schemas: Sequence[Any], column: str) -> None:
+    """ValueError naming a stream whose data has a column named `column` (the name a
+    mixture gives the stream each row came from)."""
+    for name, schema in zip(names, schemas):
+        if schema is not None and column in schema.names:
+            raise ValueError(
+                f"stream {name!r}: its data has a column named {column!r}, the name a "
+                "mixture gives the stream each row came from; rename that column, or "
+                "leave it out with columns=[...]"
+            )
 
 
 def check_kinds(

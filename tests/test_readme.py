@@ -115,12 +115,31 @@ def test_the_training_loop_runs(workdir: Path) -> None:
     assert loss == loss and loss > 0  # trained on real batches: a number, not NaN
 
 
-def test_the_local_parquet_recipe_runs(workdir: Path) -> None:
-    (code,) = blocks("### A local folder of Parquet files")
+def test_the_local_experiments_recipe_runs(workdir: Path, capsys: pytest.CaptureFixture) -> None:
+    """The filter, the split and the batch formats, against pyarrow.dataset's filter of the
+    files the recipe wrote."""
+    import pandas as pd
+    import pyarrow as pa
+    import pyarrow.dataset as pads
+
+    (code,) = blocks("### Local experiments")
     scope = run(PRELUDE + code)
-    records = next(iter(scope["loader"]))  # type: ignore[call-overload]
-    assert isinstance(records, list) and len(records) == 32 and "input_ids" in records[0]
-    assert len(scope["ds"]) == 2  # type: ignore[arg-type]  # 100 records in batches of 64
+    good = scope["good"]
+    want = pads.dataset("data/exp").to_table(filter=good)
+    assert want.num_rows == 249  # the even ids above 500
+    train, val = scope["train"], scope["val"]
+    batches = list(train)  # type: ignore[call-overload]
+    assert all(isinstance(b, pa.RecordBatch) for b in batches)
+    assert len(batches) == len(train) and scope["rows"] == train.sampler.num_records  # type: ignore[arg-type, attr-defined]
+    frames = list(val)  # type: ignore[call-overload]
+    assert all(isinstance(f, pd.DataFrame) for f in frames)
+    ids = [i for b in batches for i in b["id"].to_pylist()] + [
+        i for f in frames for i in f["id"].tolist()
+    ]
+    assert sorted(ids) == sorted(want["id"].to_pylist())  # disjoint, covering
+    assert abs(len(pd.concat(frames)) - 25) <= 4  # a tenth, within a record a shard
+    printed = capsys.readouterr().out
+    assert printed.startswith("[{'id': ") and "'lang': 'en'" in printed
 
 
 def test_the_tar_recipes_run(workdir: Path) -> None:

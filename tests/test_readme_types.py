@@ -30,7 +30,7 @@ untyped_calls_exclude = torch
 [mypy-loader.*,sampler.*,shardstream.*]
 follow_imports = silent
 
-[mypy-torchdata.*,datasets.*,fsspec.*,s3fs.*,pyarrow.*,webdataset.*]
+[mypy-torchdata.*,datasets.*,fsspec.*,s3fs.*,pyarrow.*,webdataset.*,pandas.*]
 ignore_missing_imports = True
 """
 

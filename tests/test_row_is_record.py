@@ -1,8 +1,9 @@
 """A row of a batch is one record, in every mode (DESIGN.md, "How a record travels").
 
 Hypothesis draws the whole matrix: one source or a mixture of 1-4 streams; Parquet,
-Arrow IPC or tar (webdataset's TarWriter), tar fields decoded or raw; record or batch mode;
-0, 1 or 2 DataLoader workers; shuffle on or off; ranks; a resume mid-epoch. Every column of the data
+Arrow IPC or tar (webdataset's TarWriter), tar fields decoded or raw; record or batch mode,
+batches as torch, numpy, Arrow or pandas; a filter and a split selecting the records; 0, 1
+or 2 DataLoader workers; shuffle on or off; ranks; a resume mid-epoch. Every column of the data
 carries the row's id (tests/rowdata.py), and every yielded row is compared, column by
 column, with the record pyarrow.dataset or webdataset reads for that id: a row whose
 columns came from two records, or whose `__stream__` is another stream's, fails.
@@ -13,7 +14,10 @@ from __future__ import annotations
 import os
 from typing import Any
 
+import pyarrow as pa
+import pyarrow.compute as pc
 import pytest
+import torch
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 from torch.utils.data import DataLoader
@@ -42,6 +46,7 @@ def data(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Any]:
         out["parquet"].append(root / f"pq{s}")
         out["arrow"].append(root / f"arrow{s}")
         out["tar"].append(root / f"tar{s}")
+    SOURCE.update(parquet=out["parquet"][0], arrow=out["arrow"][0], tar=out["tar"][0])
     out["expected"] = {}
     for s in range(len(SIZES)):
         for fmt, folder in (("parquet", "pq"), ("arrow", "arrow")):
@@ -74,7 +79,15 @@ def cases(draw: st.DrawFn) -> dict[str, Any]:
         "decode": fmt == "tar" and draw(st.booleans()),
         "resume": draw(st.floats(0, 1)),
         "columns": None,
+        "batch_format": "torch",
+        "above": None,  # filter: ids above this
+        "split": None,
     }
+    if case["batch_size"] is not None and not streams:
+        case["batch_format"] = draw(st.sampled_from(["torch", "numpy", "arrow", "pandas"]))
+    if fmt != "tar" and not streams:
+        case["above"] = draw(st.one_of(st.none(), st.integers(0, 70)))
+        case["split"] = draw(st.sampled_from([None, (0.0, 0.7), (0.7, 1.0)]))
     if fmt != "tar" and draw(st.booleans()):
         rest = draw(st.lists(st.sampled_from(COLUMNS[1:]), min_size=1, unique=True))
         case["columns"] = ["id", *rest]
@@ -94,7 +107,13 @@ def make(data: dict[str, Any], case: dict[str, Any]) -> StreamingDataset:
         "rank": case["rank"],
         "columns": case["columns"],
     }
-    if case["fmt"] != "tar" and case["batch_size"] is not None:  # pad/fill shape batches
+    if case["batch_format"] != "torch":
+        kwargs["batch_format"] = case["batch_format"]
+    if case["above"] is not None:
+        kwargs["filter"] = pc.field("id") > case["above"]
+    if case["split"] is not None:
+        kwargs["split"] = case["split"]
+    if case["fmt"] != "tar" and case["batch_size"] is not None and case["batch_format"] == "torch":
         read = case["columns"] or COLUMNS
         if "ragged" in read:
             kwargs["pad"] = {"ragged": rowdata.PAD}
@@ -118,6 +137,10 @@ def check_rows(data: dict[str, Any], case: dict[str, Any], items: list[Any]) -> 
     """Every row of the items is the record its id names, whole; returns the rows."""
     batch = case["batch_size"] is not None
     expected = data["expected"][(case["fmt"], case["decode"])]
+    if case["batch_format"] != "torch":  # as pyarrow gives the rows of such a batch
+        items = [as_arrow(item, case["batch_format"]) for item in items]
+        batch = False  # (a record a row, as Arrow's to_pylist gives them)
+        items = [row for item in items for row in item.to_pylist()]
     rows = [row for item in items for row in rowdata.rows_of(item, batch)]
     for row in rows:
         rid = rowdata.row_id(row)
@@ -130,6 +153,8 @@ def check_rows(data: dict[str, Any], case: dict[str, Any], items: list[Any]) -> 
                 want = {c: want[c] for c in case["columns"]}
             if batch:
                 want = rowdata.batch_view(want)
+            if case["above"] is not None:
+                assert rid > case["above"], f"row {rid} does not pass the filter"
         else:
             url = row.pop("__url__")
             assert os.path.basename(url) == os.path.basename(want.pop("__url__")), (url, rid)
@@ -137,12 +162,47 @@ def check_rows(data: dict[str, Any], case: dict[str, Any], items: list[Any]) -> 
     return rows
 
 
+def as_arrow(item: Any, batch_format: str) -> pa.RecordBatch:
+    """A numpy, pandas or Arrow batch as the RecordBatch pyarrow makes of it."""
+    if batch_format == "arrow":
+        assert isinstance(item, pa.RecordBatch), type(item)
+        return item
+    known = rowdata.SCHEMA.names  # (tar samples' fields: as pyarrow infers them)
+    if batch_format == "pandas":
+        columns = {c: item[c] for c in item.columns}
+    else:  # (through a DataLoader, torch's default_convert made numeric arrays tensors)
+        assert all(hasattr(v, "dtype") for v in item.values()), item
+        columns = {k: v.numpy() if isinstance(v, torch.Tensor) else v for k, v in item.items()}
+    arrays = [
+        pa.array(v, rowdata.SCHEMA.field(c).type if c in known else None, from_pandas=True)
+        for c, v in columns.items()
+    ]
+    return pa.RecordBatch.from_arrays(arrays, names=list(columns))
+
+
+def selected(case: dict[str, Any]) -> int:
+    """Records the case's filter and split select of the one source."""
+    if case["split"] is not None:
+        probe = StreamingDataset(
+            str(SOURCE[case["fmt"]]), seed=case["seed"], split=case["split"], **filter_of(case)
+        )
+        return probe.sampler.num_records
+    return sum(1 for i in range(sum(SIZES[0])) if case["above"] is None or i > case["above"])
+
+
+def filter_of(case: dict[str, Any]) -> dict[str, Any]:
+    return {} if case["above"] is None else {"filter": pc.field("id") > case["above"]}
+
+
+SOURCE: dict[str, Any] = {}
+
+
 def expected_count(data: dict[str, Any], case: dict[str, Any]) -> int:
     """Records one rank yields in an epoch."""
     replicas = case["num_replicas"]
     if case["streams"]:
         return int(case["epoch_size"]) // replicas
-    return -(-sum(SIZES[0]) // replicas)
+    return -(-selected(case) // replicas)
 
 
 @settings(
@@ -159,7 +219,11 @@ def test_a_row_is_one_record(data: dict[str, Any], case: dict[str, Any]) -> None
     assert len(items) == len(ds)
     if not case["streams"] and case["num_replicas"] == 1:
         ids = sorted(rowdata.row_id(r) for r in rows)
-        assert ids == list(range(sum(SIZES[0])))  # each record once
+        if case["split"] is None:  # each record once: all of them, or those passing
+            above = -1 if case["above"] is None else case["above"]
+            assert ids == [i for i in range(sum(SIZES[0])) if i > above]
+        else:
+            assert len(set(ids)) == len(ids)
 
     # resume mid-epoch: the rest of the epoch, whole records, in the same order
     k = round(case["resume"] * len(items))

@@ -22,9 +22,9 @@ import multiprocessing
 import time
 import warnings
 from collections.abc import Callable, Sequence
-from concurrent.futures import FIRST_COMPLETED, ProcessPoolExecutor, wait
+from concurrent.futures import FIRST_COMPLETED, ProcessPoolExecutor, ThreadPoolExecutor, wait
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, TypeVar
 
 import numpy as np
 import numpy.typing as npt
@@ -39,7 +39,9 @@ from .beside import find_beside
 from .build import SCAN_BATCH, Listing, discover, scan, shares
 from .shard_index import INDEX_SUFFIXES, ShardIndex
 
-__all__ = ["Failure", "build_distributed", "build_parallel", "shared_index"]
+__all__ = ["Failure", "build_distributed", "build_parallel", "per_shard", "shared_index"]
+
+T = TypeVar("T")
 
 log = logging.getLogger(__name__)
 
@@ -55,6 +57,7 @@ _KNOWN = {
         FileNotFoundError,
         PermissionError,
         ValueError,
+        TypeError,
     )
 }
 
@@ -305,3 +308,37 @@ def build_parallel(
                 if progress is not None:
                     progress(done, n)
     return _index(listing, parts, storage_options)
+
+
+def per_shard(
+    fn: Callable[[int], T], shards: Sequence[int], what: str, threads: int = 16
+) -> list[T]:
+    """`fn` of every shard, in `threads` threads; under an initialized process group each
+    rank takes a 1/R share and the shares are all-gathered (as the index is built, so no
+    rank reads every shard): every rank gets the list. An error on any rank is raised on
+    every rank, naming the shard. `what` names the results in errors ("the token
+    counts")."""
+    group = dist.is_available() and dist.is_initialized() and dist.get_world_size() > 1
+    rank, world = (dist.get_rank(), dist.get_world_size()) if group else (0, 1)
+    mine = list(shards)[rank::world]
+    got: list[Any] | Failure
+    try:
+        with ThreadPoolExecutor(max(1, min(threads, len(mine)))) as pool:
+            got = list(pool.map(fn, mine))
+    except (ShardError, OSError, ValueError, TypeError) as e:
+        if not group:
+            raise
+        got = Failure.of(e, f"{what} of rank {rank}'s shards")
+    if not group:
+        assert not isinstance(got, Failure)
+        return got
+    parts: list[Any] = [None] * world
+    dist.all_gather_object(parts, got)
+    for part in parts:
+        if isinstance(part, Failure):
+            raise part.error()
+    out: list[Any] = [None] * len(shards)
+    for r, part in enumerate(parts):
+        for i, value in enumerate(part):
+            out[r + i * world] = value
+    return out

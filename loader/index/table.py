@@ -7,6 +7,7 @@ shard has no such entry:
     deferred                  the manifest or list that gave the count (no layout yet)
     row_group_rows/_offsets/_bytes, column_uncompressed_bytes, footer_bytes, schema, ipc
                               Parquet and Arrow IPC row groups (record batches)
+    stored_rows, selected     a selected index's rows (loader.selection)
     keys, member_ext/_offset/_size, compressed_ends, compression
                               a tar shard's samples and their members' ranges
     partitions, hive_values, extra
@@ -71,6 +72,10 @@ LAYOUT: dict[str, pa.DataType] = {
     "partitions": pa.string(),
     "hive_values": pa.string(),
     "extra": pa.string(),
+    # a selected index's shards (loader.selection): stored rows of each row group, and the
+    # storage rows that are records
+    "stored_rows": _INTS,
+    "selected": _INTS,
 }
 _JSON = ("partitions", "hive_values")
 _MEMBERS = ("member_ext", "member_offset", "member_size")
@@ -206,6 +211,8 @@ def details_at(columns: dict[str, pa.Array], i: int) -> dict[str, Any]:
             out["members"] = Members.of_columns(*(columns[m][i] for m in _MEMBERS))
         elif name == "keys":
             out["keys"] = Keys(value.values)
+        elif name == "selected":  # numpy: a shard may select millions of rows
+            out[name] = value.values.to_numpy(zero_copy_only=False)
         elif name in _JSON:
             out[name] = json.loads(value.as_py())
         elif name == "extra":

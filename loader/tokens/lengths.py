@@ -14,19 +14,16 @@ from __future__ import annotations
 
 import logging
 import time
-from collections.abc import Callable
-from concurrent.futures import ThreadPoolExecutor
 from typing import Any
 
 import numpy as np
 import numpy.typing as npt
 import pyarrow as pa
 import pyarrow.compute as pc
-import torch.distributed as dist
 
 from ..errors import ShardError, StaleIndexError
 from ..formats import Format
-from ..index.distributed import Failure
+from ..index.distributed import per_shard
 from ..index.shard_index import ShardIndex
 from ..storage.filesystems import filesystem, redact
 
@@ -39,38 +36,6 @@ COUNT_THREADS = 16
 def lengths_column(column: str) -> str:
     """The index table's column holding the token counts of `column`."""
     return f"tokens:{column}"
-
-
-def _counted(
-    count: Callable[[int], npt.NDArray[np.int32]], shards: list[int]
-) -> list[npt.NDArray[np.int32]]:
-    """`count` of every shard, in threads; under an initialized process group each rank
-    counts a 1/R share and the shares are all-gathered (as the index is built, so no rank
-    reads every shard). An error on any rank is raised on every rank, naming the shard."""
-    group = dist.is_available() and dist.is_initialized() and dist.get_world_size() > 1
-    rank, world = (dist.get_rank(), dist.get_world_size()) if group else (0, 1)
-    mine = shards[rank::world]
-    got: list[Any] | Failure
-    try:
-        with ThreadPoolExecutor(max(1, min(COUNT_THREADS, len(mine)))) as pool:
-            got = list(pool.map(count, mine))
-    except (ShardError, OSError, ValueError) as e:
-        if not group:
-            raise
-        got = Failure.of(e, f"the token counts of rank {rank}'s shards")
-    if not group:
-        assert not isinstance(got, Failure)
-        return got
-    parts: list[Any] = [None] * world
-    dist.all_gather_object(parts, got)
-    for part in parts:
-        if isinstance(part, Failure):
-            raise part.error()
-    out: list[npt.NDArray[np.int32]] = [np.zeros(0, np.int32)] * len(shards)
-    for r, part in enumerate(parts):
-        for i, counts in enumerate(part):
-            out[r + i * world] = counts
-    return out
 
 
 def document_lengths(
@@ -115,7 +80,7 @@ def document_lengths(
         lengths = pc.fill_null(pc.list_value_length(col), 0)
         return np.asarray(lengths.to_numpy(), dtype=np.int32)
 
-    parts = _counted(count, shards)
+    parts = per_shard(count, shards, "the token counts", COUNT_THREADS)
     counts = np.concatenate(parts).astype(np.int64) if parts else np.zeros(0, np.int64)
     if counts.size and int(counts.max()) >= 2**31:
         raise ShardError(f"a document of {int(counts.max())} tokens in {column!r}: too long")

@@ -32,6 +32,7 @@ from ...storage.retry import read_ranges
 from ..parquet.fetch import Fetched, read_errors
 from ..parquet.format import ParquetFormat
 from ..parquet.meta import FooterCache, row_groups, schema_to_b64
+from ..selected import pick, stored_rows
 from .feather_v1 import (
     FEATHER_V1,
     batches_of,
@@ -182,7 +183,7 @@ class ArrowFormat(ParquetFormat):
             table = self._decode_ipc(fs, got, self.file_schemas[number])
         if got.cols is not None:
             table = table.select(got.cols)
-        part = table.slice(got.start - got.first_row, got.stop - got.start)
+        part = pick(table, d, got.groups, got.start - got.first_row, got.stop - got.first_row)
         return self._shape(part, shard, got.names)
 
     def _decode_v1(self, got: Fetched, want: pa.Schema) -> pa.Table:
@@ -193,7 +194,7 @@ class ArrowFormat(ParquetFormat):
             raise ShardError(f"{redact(shard.url)}: the Feather version 1 file was not fetched")
         with read_errors(shard.url, got.groups):
             raw = read_v1(blob, shard.url)
-            rows = sum(shard.details["row_group_rows"])
+            rows = sum(stored_rows(shard.details))
             if raw.num_rows != rows:
                 raise ShardError(
                     f"{redact(shard.url)}: a Feather version 1 file of {raw.num_rows} rows, the "
@@ -217,7 +218,7 @@ class ArrowFormat(ParquetFormat):
         for g in got.groups:
             at, n = d["row_group_offsets"][g], d["row_group_bytes"][g]
             frame = _part(parts, at, n, shard.url)
-            _check_frame(frame, shard.url, at, n, RECORD_BATCH, d["row_group_rows"][g])
+            _check_frame(frame, shard.url, at, n, RECORD_BATCH, stored_rows(d)[g])
             frames.append((at, frame))
         for at, n, *_ in _dictionaries(d, got.groups):
             frame = _part(parts, at, n, shard.url)

@@ -22,6 +22,7 @@ from ...storage.ranges import PartsFile
 from ...storage.retry import RetryPolicy, count_fetched, read_ranges
 from ..deferred import complete, estimated_bytes, is_deferred
 from ..partitions import check_hive_values, partition_arrays
+from ..selected import pick, record_groups, stored_rows
 from .fetch import Fetched, cast_to, fetch_column_chunks, packed, read_errors
 from .local import OpenFiles
 from .meta import (
@@ -224,13 +225,13 @@ class ParquetFormat:
                 table = pq.ParquetFile(f, metadata=got.meta).read_row_groups(
                     groups, columns=cols, use_threads=False
                 )
-        rows = got.shard.details["row_group_rows"]
+        rows, d = stored_rows(got.shard.details), got.shard.details
         if table.num_rows != sum(rows[g] for g in groups):  # a damaged file: the pages hold
             raise ShardError(  # other counts than the footer says
                 f"{redact(url)}: row groups {list(groups)} decode to {table.num_rows} rows, "
                 f"the footer says {sum(rows[g] for g in groups)}: a damaged file"
             )
-        part = table.slice(got.start - got.first_row, got.stop - got.start)
+        part = pick(table, d, groups, got.start - got.first_row, got.stop - got.first_row)
         return self._shape(part, got.shard, got.names)
 
     def read_local(self, fs: Any, got: Fetched) -> pa.Table:
@@ -305,8 +306,7 @@ class ParquetFormat:
         row groups the index does not know yet (deferred: a manifest's count) is one."""
         if is_deferred(shard):
             return [shard.num_records] if shard.num_records else []
-        d = shard.details
-        return read_groups(d.get("row_group_rows", []), d.get("row_group_bytes", []))
+        return record_groups(shard.details)
 
     def estimate(self, shard: Shard, start: int, stop: int, columns: Sequence[str] | None) -> int:
         """About how many bytes reading rows [start, stop) of the asked columns holds in

@@ -298,7 +298,9 @@ def row_groups(shard: Shard, start: int, stop: int) -> tuple[int, list[int]]:
     first = list(itertools.accumulate(shard.details["row_group_rows"], initial=0))
     g0 = bisect.bisect_right(first, start) - 1
     g1 = bisect.bisect_left(first, stop)
-    return int(first[g0]), list(range(g0, g1))
+    # a group of no records (empty, or none of its rows selected: loader.formats.selected)
+    # is not read
+    return int(first[g0]), [g for g in range(g0, g1) if first[g + 1] > first[g]]
 
 
 MAX_GAP = 64_000  # fetch the gap between two needed column chunks when it is this small
