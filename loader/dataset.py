@@ -282,7 +282,7 @@ class StreamingDataset(DatasetBase):
         if self.batch_size is None:
             deliveries: Iterator[Any] = (fmt.records(part) for part in taken)
         elif self.batch_format != "torch" and self.kinds is not None:
-            arrow = arrow_batches(taken, self.batch_size)
+            arrow = arrow_batches(taken, self.batch_size, self.schema)
             deliveries = ([shaped(b, self.batch_format)] for b in arrow)
         else:
             batches = regroup((fmt.batch(part) for part in taken), self.batch_size, self.pad)

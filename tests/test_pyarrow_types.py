@@ -39,7 +39,7 @@ def _every_way(
     **batch_kw: Any,
 ) -> None:
     """The dataset over `source` yields `want` (pyarrow's records), whole, in every mode:
-    records and batches of 3, in storage order and shuffled (compared in `id` order),
+    records, batches of 3 (torch's and Arrow's), in storage order and shuffled (compared in `id` order),
     indexed afresh and from an index saved as Arrow and as JSON and loaded. `batch`: how a
     batch row shows a record (for the columns a batch holds otherwise: tensors of nulls
     filled); `batch_kw`: batch mode's options (fill_nulls)."""
@@ -58,6 +58,12 @@ def _every_way(
             if shuffle:
                 rows.sort(key=lambda r: r["id"])
             assert rows == [batch(r) if batch else r for r in want], (where, shuffle)
+            # Arrow batches: pyarrow's rows as they are (nulls too: no fill_nulls)
+            ds = StreamingDataset(where, shuffle=shuffle, batch_size=3, batch_format="arrow")
+            rows = [r for b in ds for r in b.to_pylist()]
+            if shuffle:
+                rows.sort(key=lambda r: r["id"])
+            assert rows == want, (where, shuffle, "arrow")
 
 
 # --- 1. extension types -----------------------------------------------------------------

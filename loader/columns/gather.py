@@ -107,7 +107,9 @@ class Block:
                 self._pads[name] = kind.pad
             lo, hi = self.lengths.get(name, (None, None))  # (measured: no lengths to find)
             array = (
-                None
+                _numeric(chunks, None)  # numpy where the group allows, else Arrow
+                if kind is not None and kind.arrow
+                else None
                 if kind is not None and (not kind.tensor or name in self._pads)
                 else _numeric(chunks, kind, lo if lo == hi else None)
             )
@@ -123,7 +125,8 @@ class Block:
                 self.arrays[name] = array
             else:
                 col = pa.chunked_array(chunks, type=parts[0].schema.field(name).type)
-                if _has_temporal(col.type):  # a batch makes them Python objects: check now
+                if _has_temporal(col.type) and not (kind and kind.arrow):  # a torch batch
+                    # makes them Python objects: checked now
                     python_values(col, name)
                 self.columns[name] = col.combine_chunks()
 

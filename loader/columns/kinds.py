@@ -64,6 +64,9 @@ class Kind:
     # a list column pyarrow cannot gather rows of (a view inside an extension type the
     # reader cannot make plain: loader.columns.views): refused by name when read
     gathers: bool = True
+    # batch_format other than torch: kept as Arrow, numbers (and number lists of one
+    # length) taken as numpy where a group allows, and made Arrow again (batch_format)
+    arrow: bool = False
 
     @property
     def ragged(self) -> bool:

@@ -33,8 +33,9 @@ def ours(
     list element); in record mode one that sends lists of BATCH records from each worker
     (per-record items would pay the DataLoader's inter-process cost once per record).
     `opts`: "budget" (memory_budget, bytes), "index" (a saved index to start from),
-    "pool" (the S3 client's connections), "passes" (0 workers: read that many passes of
-    the same dataset object and measure the last: the steady state)."""
+    "pool" (the S3 client's connections), "format" (batch_format), "passes" (0 workers:
+    read that many passes of the same dataset object and measure the last: the steady
+    state)."""
     from torch.utils.data import DataLoader
 
     from shardstream.loader import StreamingDataset
@@ -46,7 +47,9 @@ def ours(
         if opts.get("pool"):
             options["config_kwargs"] = {"max_pool_connections": opts["pool"]}
     tar = "tar" in str(source)
-    extra = {"memory_budget": opts["budget"]} if opts.get("budget") else {}
+    extra: dict[str, Any] = {"memory_budget": opts["budget"]} if opts.get("budget") else {}
+    if opts.get("format"):
+        extra["batch_format"] = opts["format"]
     ds = StreamingDataset(
         opts.get("index") or source,
         columns=None if tar else columns,

@@ -51,6 +51,11 @@ RUNS: dict[str, tuple[str, str, Callable[[Path, str | None, dict[str, Any]], Ite
         "ours",
         lambda d, e, o: ours(str(d / "parquet"), True, 0, None, replicas=4),
     ),
+    "ours batch local w0, arrow batches": (
+        "raw pyarrow decode",
+        "ours",
+        lambda d, e, o: ours(str(d / "parquet"), True, 0, None, opts={"format": "arrow"}),
+    ),
     "ours batch local w0, second pass": (
         "raw pyarrow decode",
         "ours",
