@@ -83,7 +83,7 @@ def _parquet_rows(fs: Any, url: str, expr: pc.Expression) -> tuple[npt.NDArray[n
     if not kept:
         return np.zeros(0, np.int64), int(first[-1])
     scanned = fragment.subset(row_group_ids=kept).to_table(
-        schema=fragment.physical_schema, columns={_KEEP: expr}
+        schema=fragment.physical_schema, columns={_KEEP: expr}, use_threads=False
     )
     keep = _passing(scanned.column(_KEEP))
     # the scanned rows are those of the kept groups, in order: back to storage rows
