@@ -39,10 +39,10 @@ def _every_way(
     **batch_kw: Any,
 ) -> None:
     """The dataset over `source` yields `want` (pyarrow's records), whole, in every mode:
-    records, batches of 3 (torch's and Arrow's), in storage order and shuffled (compared in `id` order),
-    indexed afresh and from an index saved as Arrow and as JSON and loaded. `batch`: how a
-    batch row shows a record (for the columns a batch holds otherwise: tensors of nulls
-    filled); `batch_kw`: batch mode's options (fill_nulls)."""
+    records, batches of 3 (torch's and Arrow's), in storage order and shuffled (compared in
+    `id` order), indexed afresh and from an index saved as Arrow and as JSON and loaded.
+    `batch`: how a batch row shows a record (for the columns a batch holds otherwise: tensors
+    of nulls filled); `batch_kw`: batch mode's options (fill_nulls)."""
     index = ShardIndex.build(source)
     saved = [str(tmp / "i.index.arrow"), str(tmp / "i.json")]
     for path in saved:

@@ -15,6 +15,7 @@ rank evaluates 1/R of the shards (loader.index.distributed.per_shard).
 
 from __future__ import annotations
 
+import functools
 import logging
 import time
 from typing import Any
@@ -23,8 +24,6 @@ import numpy as np
 import numpy.typing as npt
 import pyarrow as pa
 import pyarrow.compute as pc
-import pyarrow.dataset as pads
-import pyarrow.fs as pafs
 
 from ..errors import ShardError, StaleIndexError
 from ..formats import Format
@@ -58,20 +57,30 @@ def filter_column(expr: pc.Expression) -> str:
     return f"filter:{expr}"
 
 
-class _RangedFiles(pafs.FSSpecHandler):  # type: ignore[misc]
-    """fsspec's files for pyarrow, without fsspec's read-ahead cache: pyarrow asks for the
+@functools.cache
+def _ranged_files() -> Any:
+    """pyarrow.fs.FSSpecHandler without fsspec's read-ahead cache: pyarrow asks for the
     byte ranges it needs (the footer, the kept groups' filter columns, coalesced), and each
     is one ranged read. (s3fs's default cache reads whole blocks of many MB from where
-    pyarrow seeks, fetching far more than the columns asked for.)"""
+    pyarrow seeks, fetching far more than the columns asked for.) Made when first needed:
+    pyarrow.dataset and pyarrow.fs import pandas, ~350 modules a dataset without a filter
+    should not pay for (at import, and in every full garbage collection after)."""
+    import pyarrow.fs as pafs
 
-    def open_input_file(self, path: str) -> Any:
-        return pa.PythonFile(self.fs.open(path, mode="rb", cache_type="none"), mode="r")
+    class RangedFiles(pafs.FSSpecHandler):  # type: ignore[misc]
+        def open_input_file(self, path: str) -> Any:
+            return pa.PythonFile(self.fs.open(path, mode="rb", cache_type="none"), mode="r")
+
+    return RangedFiles
 
 
 def _parquet_rows(fs: Any, url: str, expr: pc.Expression) -> tuple[npt.NDArray[np.int64], int]:
     """(the passing rows, the file's rows) of a Parquet file."""
+    import pyarrow.dataset as pads
+    import pyarrow.fs as pafs
+
     path = fs._strip_protocol(url)
-    arrow_fs = pafs.LocalFileSystem() if is_local(fs) else pafs.PyFileSystem(_RangedFiles(fs))
+    arrow_fs = pafs.LocalFileSystem() if is_local(fs) else pafs.PyFileSystem(_ranged_files()(fs))
     fragment = pads.ParquetFileFormat().make_fragment(path, filesystem=arrow_fs)
     meta = fragment.metadata
     stored = np.array([meta.row_group(g).num_rows for g in range(meta.num_row_groups)], np.int64)
@@ -111,6 +120,8 @@ def passing_rows(
     index) and added to it. A shard whose rows differ from the index's is a
     StaleIndexError naming it; an expression the shard cannot evaluate (a column it lacks,
     a type it cannot compare) a ShardError naming both."""
+    import pyarrow.dataset as pads
+
     name = filter_column(expr)
     sizes = index.shard_sizes
     if name in index.table.column_names:
