@@ -33,7 +33,7 @@ from .selection import check_filter, check_split, select
 from .state import Layout
 from .storage.filesystems import UrlOrPath
 from .storage.retry import RetryPolicy
-from .streams import Stream, is_mixture
+from .streams import Schedule, Stream, is_mixture
 from .tokens.pack import Pack, check_token_column, pack_columns
 from .tokens.packer import items
 from .tokens.packing import Packing
@@ -115,13 +115,15 @@ class StreamingDataset(DatasetBase):
         filter: pc.Expression | None = None,
         split: tuple[float, float] | None = None,
         batch_format: str = "torch",
+        schedule: Schedule | None = None,
     ) -> None:
         super().__init__()
-        if epoch_size is not None:
-            raise ValueError(
-                f"epoch_size={epoch_size!r} is for mixtures (a list of Stream); one source's "
-                "epoch is all its records"
-            )
+        for name, value in (("epoch_size", epoch_size), ("schedule", schedule)):
+            if value is not None:
+                raise ValueError(
+                    f"{name}={value!r} is for mixtures (a list of Stream); one source's "
+                    "epoch is all its records"
+                )
         self._read_options(
             batch_size,
             columns,

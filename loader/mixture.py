@@ -25,13 +25,11 @@ from typing import Any
 
 from torch.utils.data import get_worker_info
 
-from shardstream.sampler import DEFAULT_WINDOW, MixtureSampler, Topology
+from shardstream.sampler import DEFAULT_WINDOW, MixtureSampler
 from shardstream.sampler.checks import IntLike
-from shardstream.sampler.mixture.state import cursor_state
 from shardstream.sampler.resume import Segment, cut_segments
 
-from .base import RECORD_STEP, DatasetBase, init_signature
-from .cache.locality import NodeOptions
+from .base import RECORD_STEP, init_signature
 from .columns.batch_format import check_batch_format
 from .columns.batching import regroup
 from .formats import Format
@@ -39,14 +37,16 @@ from .formats.tar.decode import DecodeSpec
 from .formats.tar.format import check_tar_columns
 from .index.distributed import shared_index
 from .index.table import ShardGroups
+from .mixture_epochs import MixtureEpochs
 from .options import Transform, check_batch_options, check_decode
 from .read.mixture_rows import STREAM, mixed_parts
 from .read.plan_reader import SLAB, MemoryBudget, PlanReader, decoding_pool, is_local
 from .read.readahead import reading_pool
 from .selection import select
-from .state import Layout, MixLayout, rank_state
+from .state import Layout
 from .storage.retry import RetryPolicy
 from .streams import (
+    Schedule,
     Stream,
     check_formats,
     check_kinds,
@@ -62,7 +62,7 @@ from .tokens.packing import Packing
 __all__ = ["MixtureDataset"]
 
 
-class MixtureDataset(DatasetBase):
+class MixtureDataset(MixtureEpochs):
     """A StreamingDataset over several Streams (see the module docstring, and README,
     "Mixing sources"). `StreamingDataset([Stream, ...], ...)` makes one.
 
@@ -73,8 +73,6 @@ class MixtureDataset(DatasetBase):
     `load_state_dict` (also into another number of ranks or workers) work as for one
     source. Weights changed between runs apply from the epoch after the resumed one.
     """
-
-    sampler: MixtureSampler
 
     def __init__(
         self,
@@ -106,6 +104,7 @@ class MixtureDataset(DatasetBase):
         local_world_size: IntLike | None = None,
         pack: Pack | None = None,
         batch_format: str = "torch",
+        schedule: Schedule | None = None,
     ) -> None:
         super().__init__()
         if not is_mixture(streams):
@@ -179,6 +178,11 @@ class MixtureDataset(DatasetBase):
             if pack is not None
         ]
         self._lines = Lines(self.packings, groups, shuffle, int(window))
+        weighed = [n for n, s in zip(self.names, self.streams) if s.weight is not None]
+        if schedule is not None and weighed:
+            raise ValueError(
+                f"schedule= gives the weights; Stream(weight=...) of {weighed} conflicts"
+            )
         weights = [
             s.weight
             if s.weight is not None
@@ -189,7 +193,7 @@ class MixtureDataset(DatasetBase):
         ]
         self.sampler = MixtureSampler(
             pseudo_sizes(self.packings) if pack is not None else self.indexes,
-            weights,
+            weights if schedule is None else None,
             epoch_size,
             topo.world_size,
             topo.rank,
@@ -200,105 +204,9 @@ class MixtureDataset(DatasetBase):
             self.names,
             None if pack is not None else groups,
             self.node.node_size,
+            schedule,
         )
         self._start_epochs()
-
-    # --- epochs and state ---------------------------------------------------------------
-
-    def _check_nodes(self, world_size: int) -> None:
-        """The node options, and each stream's, for a job of `world_size` ranks."""
-        self.node = NodeOptions.check(*self._node_args, world_size)
-        self.nodes = [self.node.for_stream(s.cache_dir, s.cache_limit) for s in self.streams]
-
-    def _adopt(self, topo: Topology) -> None:
-        self._check_nodes(topo.world_size)
-        for packing in self.packings:
-            packing.check_ranks(topo.world_size)
-        self.sampler = self.sampler.for_rank(topo.world_size, topo.rank)
-
-    def _cache_nodes(self) -> list[NodeOptions]:
-        """Each stream's node options (its own cache folder and limit)."""
-        return self.nodes
-
-    def _layout(self, num_workers: int) -> Layout:
-        s = self.sampler
-        return MixLayout(
-            s.num_replicas, num_workers, self.batch_size or 0, s.epoch_size, s.drop_last
-        )
-
-    def _resized(self, epoch: int) -> bool:
-        """Whether `epoch` is one resumed from a state cut for another number of ranks."""
-        root = self._root_state()
-        at_root = root is not None and root["epoch"] == epoch
-        return at_root and self._root_replicas() != self.sampler.num_replicas
-
-    def _root_state(self) -> dict[str, Any] | None:
-        state = self._resume
-        while state is not None and "elastic" in state:
-            state = state["elastic"]
-        return state
-
-    def _root_replicas(self) -> int:
-        root = self._root_state()
-        return int(root.get("num_replicas", self.sampler.num_replicas)) if root else 0
-
-    def _sampler_epoch(self, epoch: int) -> None:
-        """Set the sampler's epoch, unless it is one resumed from a state cut for another
-        number of ranks (load_state_dict anchored the sampler there)."""
-        if not self._resized(epoch):
-            self.sampler.set_epoch(epoch)
-
-    def _streams_state(self) -> dict[str, Any]:
-        """Per stream, the cursor at the current epoch's start in the layout it started in."""
-        if self._resume is not None and self._resume["epoch"] == self.epoch:
-            return dict(self._resume["streams"])
-        self.sampler.set_epoch(self.epoch)
-        return dict(self.sampler.state_dict()["streams"])
-
-    def state_dict(self) -> dict[str, Any]:
-        """As StreamingDataset.state_dict, plus each stream's cursor ("streams")."""
-        return {**super().state_dict(), "streams": self._streams_state()}
-
-    def consumed_state(self, consumed: int, num_workers: int) -> dict[str, Any]:
-        """As StreamingDataset.consumed_state, plus each stream's cursor at the epoch's
-        start ("streams": pass, records consumed in it, ranks it was cut for, c_k)."""
-        return {**super().consumed_state(consumed, num_workers), "streams": self._streams_state()}
-
-    def load_state_dict(self, state: dict[str, Any]) -> None:
-        """Continue an epoch, also in another layout (see StreamingDataset.load_state_dict).
-        The epoch finishes with the saved per-stream counts; the next one starts where the
-        saved layout left each stream (recut for this job's ranks) with this dataset's
-        weights."""
-        gathered = rank_state(state)
-        state = gathered if gathered is not None else state
-        if not isinstance(state, dict) or not isinstance(state.get("streams"), dict):
-            raise ValueError(f"a mixture state needs 'streams' (per-stream cursors), got {state!r}")
-        checked = self._accept(state)
-        self._resume = checked
-        self._cursor.reset(checked["position"])
-        self._role = None
-        self._state.select(checked["epoch"])
-        epoch, replicas = checked["epoch"], self._root_replicas()
-        if replicas == self.sampler.num_replicas:
-            self.sampler.load_state_dict(
-                {"epoch": epoch, "position": 0, "streams": state["streams"]}
-            )
-            return
-        old = self._sampler_for(replicas, 0, epoch)
-        cursors, counts = old.epoch_start(epoch + 1)
-        after = {n: cursor_state(c, m) for n, c, m in zip(self.names, cursors, counts)}
-        self.sampler.begin_epoch(epoch + 1, after)
-
-    def _sampler_for(self, num_replicas: int, rank: int, epoch: int) -> MixtureSampler:
-        """Rank `rank`'s planner of `epoch` in a layout of `num_replicas` ranks, anchored
-        where the epoch started (the loaded state's cursors, or this sampler's)."""
-        mine = self.sampler
-        if num_replicas == mine.num_replicas and rank == mine.rank and not self._resized(epoch):
-            mine.set_epoch(epoch)
-            return mine
-        other = mine.for_rank(num_replicas, rank)
-        other.load_state_dict({"epoch": epoch, "position": 0, "streams": self._streams_state()})
-        return other
 
     # --- reading ------------------------------------------------------------------------
 

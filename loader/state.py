@@ -34,6 +34,7 @@ from shardstream.sampler.resume import (
     Streams,
     base_streams,
     continue_streams,
+    phased_streams,
     resume_point,
 )
 
@@ -245,8 +246,27 @@ class Layout:
 class MixLayout(Layout):
     """A job layout over a mixture's epoch: `num_records` is the epoch size E, and every
     rank reads exactly E // R positions (the rest of a resized epoch is cut as the
-    dataset's drop_last says)."""
+    dataset's drop_last says). Segments hold positions of their rank's epoch, and each
+    worker reads its part of each phase in turn (sampler.resume.phased_streams)."""
+
+    ends: tuple[int, ...] = ()  # the phases' ends in the epoch's plan (in the root layout)
 
     @property
     def length(self) -> int:
         return self.num_records // self.num_replicas
+
+    def streams(self, base: dict[str, Any] | None) -> Streams:
+        if base is None:
+            ends = self.ends or (self.length,)
+            return phased_streams(ends, self.num_replicas, self.num_workers, self.item)
+        old = self.of(base)
+        return continue_streams(
+            old.streams(base.get("elastic")),
+            old.item,
+            base["position"],
+            self.num_replicas,
+            self.num_workers,
+            self.item,
+            self.drop_last,
+            self.ends,
+        )

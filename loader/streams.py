@@ -10,7 +10,11 @@ from typing import Any
 
 from .columns.kinds import Kind, kinds_of
 
+# a mixture's phases: (items of the epoch across ranks, weights by stream name), in order
+Schedule = Sequence[tuple[int, Mapping[str, float] | Sequence[float]]]
+
 __all__ = [
+    "Schedule",
     "Stream",
     "check_formats",
     "check_kinds",

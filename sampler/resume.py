@@ -22,6 +22,7 @@ __all__ = [
     "base_streams",
     "continue_streams",
     "cut_segments",
+    "phased_streams",
     "resume_point",
 ]
 
@@ -68,6 +69,21 @@ def base_streams(length: int, num_replicas: int, num_workers: int, align: int) -
     return [[[(r, w, 0, hi - lo)] for w, (lo, hi) in enumerate(spans)] for r in range(num_replicas)]
 
 
+def phased_streams(ends: Sequence[int], num_replicas: int, num_workers: int, align: int) -> Streams:
+    """A mixture's epoch of phases ending at positions `ends`, not resumed: each worker
+    reads its part of each phase (`worker_span`), in positions of its rank's epoch. A
+    DataLoader taking items from its workers in turn so delivers the phases in order."""
+    workers = max(1, num_workers)
+    parts = [
+        [(a + lo, a + hi) for a, b in zip((0, *ends), ends)
+         for lo, hi in [worker_span(0, b - a, w, workers, align)] if lo < hi]
+        for w in range(workers)
+    ]  # fmt: skip
+    return [
+        [[(r, w, a, b) for a, b in parts[w]] for w in range(workers)] for r in range(num_replicas)
+    ]
+
+
 def _length(segments: list[Segment]) -> int:
     return sum(b - a for _, _, a, b in segments)
 
@@ -91,6 +107,7 @@ def continue_streams(
     num_workers: int,
     align: int,
     drop_last: bool,
+    ends: Sequence[int] = (),
 ) -> Streams:
     """The rest of an epoch for a new job layout.
 
@@ -100,6 +117,10 @@ def continue_streams(
     contiguous spans, then each span into `num_workers` parts at multiples of `align`.
     Padding follows the dataset's: with drop_last the last (fewer than num_replicas) records
     are left out; without it the line is padded by wrapping to its start.
+
+    `ends`: a mixture's phases (`phased_streams`; segments then hold positions of their
+    rank's epoch): the rest of each phase is cut so, one phase after the other, and each
+    new worker reads its part of each phase in turn.
     """
     rest: list[Segment] = []
     for rank_streams in streams:
@@ -107,6 +128,23 @@ def continue_streams(
         skips, _ = resume_point([-(-n // item) for n in records], consumed)
         for segs, n, k in zip(rank_streams, records, skips):
             rest += cut_segments(segs, min(n, k * item), n)
+    if len(ends) < 2:
+        return _cut(rest, num_replicas, num_workers, align, drop_last)
+    phases = [
+        [(r, w, max(a, lo), min(b, hi)) for r, w, a, b in rest if max(a, lo) < min(b, hi)]
+        for lo, hi in zip((0, *ends), ends)
+    ]
+    cuts = [_cut(p, num_replicas, num_workers, align, drop_last) for p in phases]
+    return [
+        [[seg for cut in cuts for seg in cut[r][w]] for w in range(max(1, num_workers))]
+        for r in range(num_replicas)
+    ]
+
+
+def _cut(
+    rest: list[Segment], num_replicas: int, num_workers: int, align: int, drop_last: bool
+) -> Streams:
+    """`rest` laid end to end, cut in equal spans over the ranks and each over workers."""
     total = _length(rest)
     length = total // num_replicas if drop_last else -(-total // num_replicas)
     out: Streams = []

@@ -6,7 +6,8 @@ Each check raises ValueError quoting the stream's name and the bad value.
 from __future__ import annotations
 
 import math
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
+from typing import Any
 
 import numpy as np
 import numpy.typing as npt
@@ -17,6 +18,7 @@ from ..shard_sampler import HasShardSizes, sizes_of
 __all__ = [
     "Shards",
     "check_names",
+    "check_schedule",
     "check_streams",
     "check_weights",
     "stream_seed",
@@ -25,6 +27,8 @@ __all__ = [
 
 I64Array = npt.NDArray[np.int64]
 Shards = Sequence[int] | HasShardSizes | npt.ArrayLike
+# phases: (items of the epoch across ranks, a weight per stream), in order
+Schedule = tuple[tuple[int, tuple[int | float, ...]], ...]
 
 TAG_STREAM = 5  # keys a stream's seed; epoch.py and plan.py use tags 1-3
 
@@ -86,3 +90,54 @@ def check_streams(names: list[str], records: list[int], num_replicas: int, drop_
             )
         if n == 0:
             raise ValueError(f"stream {name!r} has 0 records: nothing to read or pad from")
+
+
+def _weight(w: Any, where: str) -> int | float:
+    """A weight of a phase: a finite number >= 0."""
+    if isinstance(w, int | np.integer) and not isinstance(w, bool) and w >= 0:
+        return int(w)
+    if isinstance(w, float | np.floating) and math.isfinite(w) and w >= 0:
+        return float(w)
+    raise ValueError(f"{where} must be a finite number >= 0, got {w!r}")
+
+
+def check_schedule(schedule: Any, names: list[str], epoch_size: Any) -> Schedule | None:
+    """A schedule ``[(items, weights), ...]`` checked: items ints >= 1 adding up to
+    `epoch_size` (when given), weights one per stream (a sequence in stream order, or a
+    dict by name, streams left out weighing 0), >= 0, at least one > 0 in each phase."""
+    if schedule is None:
+        return None
+    if isinstance(schedule, str | bytes | Mapping) or not isinstance(schedule, Sequence):
+        raise ValueError(f"schedule must be a list of (items, weights), got {schedule!r}")
+    if not schedule:
+        raise ValueError("schedule must hold at least one phase, got []")
+    out = []
+    for p, phase in enumerate(schedule):
+        where = f"schedule[{p}]"
+        if not isinstance(phase, Sequence) or isinstance(phase, str) or len(phase) != 2:
+            raise ValueError(f"{where} must be a pair (items, weights), got {phase!r}")
+        items, weights = phase
+        if isinstance(items, bool) or not isinstance(items, int | np.integer) or items < 1:
+            raise ValueError(f"{where}: items must be an int >= 1, got {items!r}")
+        if isinstance(weights, Mapping):
+            unknown = sorted(str(n) for n in set(weights) - set(names))
+            if unknown:
+                raise ValueError(f"{where} weighs streams {unknown}; the streams are {names}")
+            values = [weights.get(n, 0) for n in names]
+        elif isinstance(weights, Sequence) and not isinstance(weights, str):
+            values = list(weights)
+            if len(values) != len(names):
+                raise ValueError(f"{where} needs {len(names)} weights, got {values!r}")
+        else:
+            raise ValueError(f"{where}: weights must be a dict by stream name, got {weights!r}")
+        checked = tuple(_weight(w, f"{where} weight of {n!r}") for n, w in zip(names, values))
+        if not any(checked):
+            raise ValueError(f"{where}: every stream weighs 0; one weight must be > 0")
+        out.append((int(items), checked))
+    total = sum(e for e, _ in out)
+    if epoch_size is not None and total != epoch_size:
+        raise ValueError(
+            f"the schedule's phases hold {total} items, and epoch_size={epoch_size!r}: "
+            "they must be equal (or leave epoch_size out)"
+        )
+    return tuple(out)

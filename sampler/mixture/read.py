@@ -97,12 +97,10 @@ class Taker:
 def segment_parts(
     segments: Iterable[tuple[int, int, int, int]], planner_for: Any, root: Any
 ) -> Iterator[tuple[int, Any, MixturePart, Taker]]:
-    """Per segment (rank, worker, a, b: positions [a, b) of that worker's part in the
-    layout `root` the epoch started in: its num_replicas, num_workers and item), in order:
-    its length, that rank's planner (``planner_for(num_replicas, rank)``: a
-    MixtureSampler of the epoch), the part it reads and a Taker of its stream ids."""
-    for rank, worker, a, b in segments:
+    """Per segment (rank, worker, a, b: positions [a, b) of that rank's epoch in the
+    layout `root` the epoch started in), in order: its length, that rank's planner
+    (``planner_for(root.num_replicas, rank)``: a MixtureSampler of the epoch), the part it
+    reads and a Taker of its stream ids."""
+    for rank, _, a, b in segments:
         planner = planner_for(root.num_replicas, rank)
-        lo, _ = planner.worker_range(worker, max(1, root.num_workers), root.item)
-        part = planner.part(lo + a, lo + b)
-        yield b - a, planner, part, Taker(planner.stream_ids(lo + a, lo + b))
+        yield b - a, planner, planner.part(a, b), Taker(planner.stream_ids(a, b))

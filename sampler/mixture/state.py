@@ -2,9 +2,11 @@
 
     {"epoch": e, "position": i,
      "streams": {name: {"pass": p, "consumed": s, "num_replicas": R, "count": c_k,
+                        "phases": [c_k1, c_k2, ...],
                         "recut": [{"num_replicas": R0, "consumed": s0}, ...]}}}
 
-"recut" is present only for a pass that elastic resumes cut anew (oldest layout first).
+"recut" is present only for a pass that elastic resumes cut anew (oldest layout first);
+"phases" only for an epoch of several phases (a schedule): the stream's count in each.
 """
 
 from __future__ import annotations
@@ -15,20 +17,24 @@ from typing import Any
 import numpy as np
 
 from .passes import Cursor, cut_lengths
+from .phases import Phases
 
 __all__ = ["cursor_state", "load_cursors"]
 
-Loaded = tuple[int, int, tuple[Cursor, ...], tuple[int, ...]]
+Loaded = tuple[int, int, tuple[Cursor, ...], Phases]
 
 
-def cursor_state(cursor: Cursor, count: int) -> dict[str, Any]:
-    """One stream's entry of the state: its cursor and the epoch's count."""
+def cursor_state(cursor: Cursor, count: int, phases: Sequence[int] = ()) -> dict[str, Any]:
+    """One stream's entry of the state: its cursor and the epoch's count (and, over
+    several phases, its count in each)."""
     out: dict[str, Any] = {
         "pass": cursor.pass_index,
         "consumed": cursor.consumed,
         "num_replicas": cursor.num_replicas,
         "count": count,
     }
+    if len(phases) > 1:
+        out["phases"] = [int(c) for c in phases]
     if cursor.recut:
         out["recut"] = [{"num_replicas": r, "consumed": s} for r, s in cursor.recut]
     return out
@@ -42,6 +48,17 @@ def _int(mapping: Any, key: str, minimum: int, where: str) -> int:
     if not ok or value < minimum:
         raise ValueError(f"{where}[{key!r}] must be an int >= {minimum}, got {value!r}")
     return int(value)
+
+
+def _phases(entry: Any, count: int, where: str) -> list[int]:
+    """The stream's count in each phase of the epoch ([count]: one phase)."""
+    phases = entry.get("phases", [count])
+    if not isinstance(phases, list) or not phases:
+        raise ValueError(f"{where}['phases'] must be a non-empty list, got {phases!r}")
+    out = [_int({"c": c}, "c", 0, f"{where}['phases'][{i}]") for i, c in enumerate(phases)]
+    if sum(out) != count:
+        raise ValueError(f"{where}: phases {out} do not add up to its count {count}")
+    return out
 
 
 def _cursor(entry: Any, num_records: int, drop_last: bool, where: str) -> tuple[Cursor, int]:
@@ -90,10 +107,17 @@ def load_cursors(
         _cursor(streams[name], n, drop_last, f"state['streams'][{name!r}]")
         for name, n in zip(names, num_records)
     ]
-    cursors, counts = tuple(c for c, _ in loaded), tuple(m for _, m in loaded)
+    cursors = tuple(c for c, _ in loaded)
+    per_stream = [
+        _phases(streams[name], m, f"state['streams'][{name!r}]")
+        for name, (_, m) in zip(names, loaded)
+    ]
+    if len({len(p) for p in per_stream}) != 1:
+        raise ValueError(f"state streams give different numbers of phases: {per_stream}")
+    phases = Phases(tuple(zip(*per_stream)))
     layouts = {c.num_replicas for c in cursors}
     if len(layouts) != 1:
         raise ValueError(f"state streams were cut for different num_replicas: {sorted(layouts)}")
-    if position > sum(counts):
-        raise ValueError(f"state['position']={position} exceeds the epoch's {sum(counts)} records")
-    return epoch, position, cursors, counts
+    if position > len(phases):
+        raise ValueError(f"state['position']={position} exceeds the epoch's {len(phases)} records")
+    return epoch, position, cursors, phases
