@@ -1,0 +1,196 @@
+"""Mixture phases (a schedule of weights along the epoch), on the sampler: per-phase
+counts, phase order, passes running on across phases, resume and elastic resume."""
+
+from __future__ import annotations
+
+import json
+from collections import Counter
+from fractions import Fraction
+from typing import Any
+
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from shardstream.sampler import MixtureSampler
+from shardstream.sampler.mixture.phases import Phases, phase_bounds
+
+from .helpers import check_resume
+from .test_mixture_sampler import (
+    check_passes,
+    elastic_run,
+    merged,
+    passes_read,
+    reference_counts,
+    reference_schedule,
+)
+
+SIZES = [[5, 0, 9, 4], [40, 33, 0, 27], [3]]
+NAMES = ["web", "code", "books"]
+SCHEDULE = [(36, {"web": 3, "code": 1}), (24, {"web": 1, "code": 1, "books": 2})]
+
+
+def make(rank: int, world: int = 3, **kw: Any) -> MixtureSampler:
+    args: dict[str, Any] = dict(schedule=SCHEDULE, seed=7, names=NAMES)
+    args.update(kw)
+    return MixtureSampler(kw.pop("streams", SIZES), num_replicas=world, rank=rank, **args)
+
+
+def phase_weights(schedule: list, names: list[str]) -> list[list[Any]]:
+    return [[w.get(n, 0) if isinstance(w, dict) else w[k] for k, n in enumerate(names)]
+            for _, w in schedule]  # fmt: skip
+
+
+def check_phases(s: MixtureSampler, schedule: list, got: list[tuple[int, int]]) -> None:
+    """A rank's epoch: phase p's positions are the cumulative items // R, its counts the
+    largest remainder by the phase's weights (each within one of its exact share), and
+    its positions the phase's own stratified schedule."""
+    ends = phase_bounds([e for e, _ in schedule], s.num_replicas)
+    assert len(got) == len(s) == ends[-1] == sum(e for e, _ in schedule) // s.num_replicas
+    ids = [k for k, _ in got]
+    for (lo, hi), weights in zip(zip((0, *ends), ends), phase_weights(schedule, s.names)):
+        want = reference_counts(hi - lo, weights, s.names) if hi > lo else [0] * len(weights)
+        held = Counter(ids[lo:hi])
+        assert [held[k] for k in range(len(weights))] == want
+        for c, w in zip(want, weights):
+            assert abs(c - Fraction(w) * (hi - lo) / sum(Fraction(x) for x in weights)) < 1
+        assert ids[lo:hi] == reference_schedule(want, s.names)
+
+
+def test_each_phase_holds_its_items_and_weights() -> None:
+    for world in (1, 2, 3, 4):
+        for rank in range(world):
+            s = make(rank, world)
+            for epoch in range(3):
+                s.set_epoch(epoch)
+                check_phases(s, SCHEDULE, list(s))
+    s = make(0)
+    assert s.epoch_size == 60 and s.phases.counts == ((9, 3, 0), (2, 2, 4))
+    # books weighs nothing in phase 1: none of its records comes before position 12
+    assert {k for k, _ in list(s)[:12]} == {0, 1}
+
+
+def test_one_phase_is_the_fixed_weights_mixture() -> None:
+    fixed = MixtureSampler(SIZES, [0.5, 0.3, 0.2], 60, 3, 1, seed=7, names=NAMES)
+    phased = MixtureSampler(SIZES, None, None, 3, 1, seed=7, names=NAMES,
+                            schedule=[(60, [0.5, 0.3, 0.2])])  # fmt: skip
+    for epoch in range(3):
+        fixed.set_epoch(epoch)
+        phased.set_epoch(epoch)
+        assert list(fixed) == list(phased)
+        assert fixed.state_dict() == phased.state_dict()  # no "phases" key for one phase
+
+
+@pytest.mark.parametrize("drop_last", [True, False])
+def test_passes_run_on_across_phases(drop_last: bool) -> None:
+    # phase 2 starts in the middle of web's and code's passes: they go on, no record twice
+    read = passes_read([make(r, drop_last=drop_last) for r in range(3)], range(8))
+    check_passes(read, SIZES, [3], drop_last)
+    assert max(p for k, p in read if k == 1) >= 1  # code crossed passes
+
+
+def test_worker_ranges_take_their_part_of_each_phase() -> None:
+    s = make(0, 1, schedule=[(10, {"web": 1}), (7, {"books": 1})])
+    assert s.worker_ranges(0, 2, 1) == [(0, 5), (10, 13)]
+    assert s.worker_ranges(1, 2, 1) == [(5, 10), (13, 17)]
+    assert s.worker_ranges(1, 2, 4) == [(4, 10), (14, 17)]  # cut at multiples of 4
+
+
+def test_the_state_keeps_the_phases_and_resumes_exactly() -> None:
+    s = make(1)
+    s.set_epoch(2)
+    it = iter(s)
+    for _ in range(15):
+        next(it)
+    state = json.loads(json.dumps(s.state_dict()))
+    assert state["streams"]["books"]["phases"] == [0, 4]
+    check_resume(lambda: make(1), [1, 11, 12, 13, 19], epoch=2, key=tuple)
+
+
+def test_bad_schedules_are_named() -> None:
+    bad: list[tuple[dict[str, Any], str]] = [
+        (dict(schedule=[(10, {"web": 1, "news": 1})]), r"streams \['news'\]"),
+        (dict(schedule=[(10, {"web": 0})]), "every stream weighs 0"),
+        (dict(schedule=[(0, {"web": 1})]), "items must be an int >= 1"),
+        (dict(schedule=[(10, {"web": -1})]), "weight of 'web' must be a finite number >= 0"),
+        (dict(schedule=[(10, [1, 1])]), "needs 3 weights"),
+        (dict(schedule=[(10, {"web": 1})], epoch_size=12), "hold 10 items, and epoch_size=12"),
+        (dict(schedule=[(10, {"web": 1})], weights=[1, 1, 1]), "weights or a schedule"),
+        (dict(schedule=[]), "at least one phase"),
+        (dict(schedule={"web": 1}), "a list of"),
+    ]
+    for kw, message in bad:
+        with pytest.raises(ValueError, match=message):
+            make(0, **kw)
+
+
+def test_elastic_rest_is_cut_phase_by_phase() -> None:
+    old = make(0, 3)
+    it = iter(old)
+    for _ in range(10):  # 10 of phase 1's 12 positions
+        next(it)
+    new = make(1, 2)
+    new.load_state_dict(old.state_dict())
+    # phase 1's rest: 3 ranks x 2 positions over 2 ranks = 3; phase 2: 3 x 8 / 2 = 12
+    assert new.epoch_phases().lengths == (3, 12)
+    held = old.phases.before(old._ranks, 10)
+    rest1 = [c - h for c, h in zip(old.phases.counts[0], held)]
+    assert list(new.epoch_phases().counts[0]) == reference_counts(3, rest1, NAMES)
+    assert list(new.epoch_phases().counts[1]) == reference_counts(12, [2, 2, 4], NAMES)
+
+
+schedules = st.lists(
+    st.tuples(st.integers(1, 30), st.lists(st.integers(0, 5), min_size=3, max_size=3)).filter(
+        lambda p: sum(p[1]) > 0
+    ),
+    min_size=1,
+    max_size=4,
+)
+
+
+@settings(max_examples=40, deadline=None)
+@given(
+    schedule=schedules,
+    world=st.integers(1, 3),  # books has 3 records: with drop_last, at most 3 ranks
+    drop_last=st.booleans(),
+    seed=st.integers(0, 2**32),
+    data=st.data(),
+)
+def test_properties_over_random_schedules(schedule, world, drop_last, seed, data) -> None:
+    if sum(e for e, _ in schedule) < world:
+        schedule = [(world, schedule[0][1]), *schedule[1:]]
+
+    def build(rank: int, num_replicas: int = world) -> MixtureSampler:
+        return MixtureSampler(SIZES, None, None, num_replicas, rank, True, seed, drop_last,
+                              names=NAMES, schedule=schedule)  # fmt: skip
+
+    epoch = data.draw(st.integers(0, 3))
+    samplers = [build(r) for r in range(world)]
+    for s in samplers:
+        s.set_epoch(epoch)
+        got = list(s)
+        check_phases(s, schedule, got)
+        workers, align = data.draw(st.integers(1, 4)), data.draw(st.integers(1, 3))
+        covered = sorted(r for w in range(workers) for r in s.worker_ranges(w, workers, align))
+        assert [x for a, b in covered for x in range(a, b)] == list(range(len(s)))
+        for a, b in covered:
+            assert merged(s, a, b) == got[a:b]
+    read = passes_read([build(r) for r in range(world)], range(epoch + 1))
+    check_passes(read, SIZES, [world], drop_last)
+    rank = data.draw(st.integers(0, world - 1))
+    check_resume(lambda: build(rank), [data.draw(st.integers(0, len(samplers[0])))],
+                 epoch=epoch, key=tuple)  # fmt: skip
+    # elastic: each pass once across every layout, the rest in phase order
+    worlds = [world, data.draw(st.integers(1, 3))]
+    at = [data.draw(st.integers(0, len(samplers[0])))]
+    read, _ = elastic_run(lambda r, w: build(r, w), worlds, at, epochs=3)
+    check_passes(read, SIZES, worlds, drop_last)
+
+
+def test_phases_arithmetic_by_brute_force() -> None:
+    phases = Phases(((3, 1, 0), (0, 2, 2)))
+    ids = [int(k) for c in phases.stream_ids([2, 1, 0], 0, 8) for k in c]
+    for position in range(9):
+        held = Counter(ids[:position])
+        assert phases.before([2, 1, 0], position) == [held[k] for k in range(3)]
+    assert phases.totals == (3, 3, 2) and phases.bounds == (4, 8) and len(phases) == 8

@@ -1,0 +1,143 @@
+"""Mixture phases read from files: whole records, phases delivered in order through
+DataLoader workers, resume in the same layout and elastic resume, refusals."""
+
+from __future__ import annotations
+
+import json
+from collections import Counter
+from pathlib import Path
+from typing import Any
+
+import pytest
+from torch.utils.data import DataLoader
+
+from shardstream.loader import Stream, StreamingDataset
+
+from .helpers import take
+from .test_mixture_dataset import ids_of, root, stream_of
+
+assert root  # the module's fixture: streams a (100 records), b (30) and c (7)
+
+SCHEDULE = [(60, {"a": 1, "b": 1}), (30, {"c": 1})]  # 90 items: c only in the last third
+
+
+def phased(root: Path, **kw: Any) -> StreamingDataset:
+    names = ["a", "b", "c"]
+    kw.setdefault("schedule", SCHEDULE)
+    return StreamingDataset([Stream(str(root / n), name=n) for n in names], **kw)
+
+
+def records(items: list[Any]) -> list[dict[str, Any]]:
+    """Items (records, or batches) as records."""
+    if items and isinstance(items[0], dict) and hasattr(items[0]["id"], "tolist"):
+        return [
+            {"id": i, "tok": t, "src": s, "__stream__": k}
+            for b in items
+            for i, t, s, k in zip(
+                b["id"].tolist(), b["tok"].tolist(), b["src"], b["__stream__"].tolist()
+            )
+        ]
+    return items
+
+
+def check_records(got: list[dict[str, Any]]) -> None:
+    """Every record whole: each column as the source row of its id holds it."""
+    names = ["a", "b", "c"]
+    for r in got:
+        i = int(r["id"])
+        assert list(r["tok"]) == [i, i + 1] and r["src"] == stream_of(i)
+        assert r["__stream__"] in (stream_of(i), names.index(stream_of(i)))
+
+
+@pytest.mark.parametrize("workers", [0, 2])
+@pytest.mark.parametrize("batch_size", [None, 3])
+def test_phases_are_delivered_in_order(root: Path, workers: int, batch_size: int | None) -> None:
+    for rank in range(2):
+        ds = phased(root, num_replicas=2, rank=rank, batch_size=batch_size)
+        for epoch in range(2):
+            ds.set_epoch(epoch)
+            got = records(list(DataLoader(ds, batch_size=None, num_workers=workers)))
+            check_records(got)
+            assert len(ds) * (batch_size or 1) == len(got) == 45
+            streams = [stream_of(r["id"]) for r in got]
+            # a rank's first 60 // 2 records are phase 1 (a and b by their weights), the
+            # last 15 phase 2 (c only)
+            assert Counter(streams[:30]) == Counter({"a": 15, "b": 15})
+            assert set(streams[30:]) == {"c"}
+
+
+def test_phase_2_continues_each_stream_where_phase_1_left_it(root: Path) -> None:
+    # a in both phases: its records never repeat within its first pass (100 records)
+    ds = phased(root, num_replicas=1, rank=0, schedule=[(40, {"a": 1}), (40, {"a": 1, "b": 1})])
+    got = records(list(ds))
+    check_records(got)
+    a = [r["id"] for r in got if stream_of(r["id"]) == "a"]
+    assert len(a) == 60 and len(set(a)) == 60
+
+
+@pytest.mark.parametrize("consumed", [2, 9, 10, 11, 14])
+def test_resume_with_workers_across_the_phase_boundary(root: Path, consumed: int) -> None:
+    def make() -> StreamingDataset:
+        ds = phased(root, num_replicas=2, rank=1, batch_size=3)
+        ds.set_epoch(1)
+        return ds
+
+    full = ids_of(list(DataLoader(make(), batch_size=None, num_workers=2)))
+    ds = make()
+    head = take(DataLoader(ds, batch_size=None, num_workers=2), consumed)
+    state = json.loads(json.dumps(ds.consumed_state(consumed, 2)))
+    again = make()
+    again.load_state_dict(state)
+    rest = list(DataLoader(again, batch_size=None, num_workers=2))
+    assert ids_of(head) + ids_of(rest) == full
+    check_records(records(rest))
+
+
+@pytest.mark.parametrize(("old", "new"), [((3, 0), (2, 2)), ((2, 2), (3, 1))])
+def test_elastic_resume_cuts_the_rest_phase_by_phase(
+    root: Path, old: tuple[int, int], new: tuple[int, int]
+) -> None:
+    (R, W), (R2, W2) = old, new
+    kw = {"drop_last": True, "batch_size": 2}
+    consumed = 4  # batches every old rank delivered: 8 of its 20 phase-1 positions
+    head: list[int] = []
+    state: dict[str, Any] = {}
+    for rank in range(R):
+        ds = phased(root, num_replicas=R, rank=rank, **kw)
+        head += ids_of(take(DataLoader(ds, batch_size=None, num_workers=W), consumed))
+        state = ds.consumed_state(consumed, W)
+    rest: list[int] = []
+    for rank in range(R2):
+        ds = phased(root, num_replicas=R2, rank=rank, **kw)
+        ds.load_state_dict(state)
+        got = records(list(DataLoader(ds, batch_size=None, num_workers=W2)))
+        check_records(got)
+        streams = [stream_of(r["id"]) for r in got]
+        # the rest of phase 1 (a and b) first, then phase 2 (c): each worker reads its
+        # part of each phase, so the loader's turns mix them at most at one batch a worker
+        first_c = streams.index("c")
+        late = [s for s in streams[first_c:] if s != "c"]
+        assert len(late) <= 2 * max(1, W2)
+        rest += [r["id"] for r in got]
+    whole = Counter(
+        i for r in range(R) for i in ids_of(list(phased(root, num_replicas=R, rank=r, **kw)))
+    )
+    epoch = Counter(head + rest)
+    assert not epoch - whole  # nothing the epoch does not hold
+    assert sum((whole - epoch).values()) < 2 * R2  # only the last records of each phase's cut
+    a = [i for i in head + rest if stream_of(i) == "a"]
+    assert len(a) == len(set(a))  # a's first pass: no record twice
+
+
+def test_refusals_name_the_schedule(root: Path) -> None:
+    with pytest.raises(ValueError, match=r"schedule=.* is for mixtures"):
+        StreamingDataset(str(root / "a"), schedule=SCHEDULE)
+    with pytest.raises(ValueError, match=r"Stream\(weight=...\) of \['a'\] conflicts"):
+        StreamingDataset(
+            [Stream(str(root / "a"), name="a", weight=2.0), Stream(str(root / "c"), name="c")],
+            schedule=[(10, {"a": 1})],
+        )
+    with pytest.raises(ValueError, match=r"schedule\[1\] weighs streams \['web'\]"):
+        phased(root, schedule=[(10, {"a": 1}), (10, {"web": 1})])
+    with pytest.raises(ValueError, match="hold 90 items, and epoch_size=100"):
+        phased(root, epoch_size=100)
