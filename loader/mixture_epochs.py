@@ -7,10 +7,11 @@ from typing import Any
 
 from shardstream.sampler import MixtureSampler, Topology
 from shardstream.sampler.mixture.state import cursor_state
+from shardstream.sampler.resume import cut_segments, resume_point
 
 from .base import DatasetBase
 from .cache.locality import NodeOptions
-from .state import Layout, MixLayout, rank_state
+from .state import Layout, MixLayout, is_worker_state, rank_state
 from .streams import Stream
 from .tokens.packing import Packing
 
@@ -81,20 +82,39 @@ class MixtureEpochs(DatasetBase):
         self.sampler.set_epoch(self.epoch)
         return dict(self.sampler.state_dict()["streams"])
 
+    def _mixture_state(self) -> dict[str, Any]:
+        """What a mixture's state adds: each stream's cursor at the epoch's start, and the
+        key of the schedule the epoch is read under (an elastic rest: the saved one's)."""
+        out: dict[str, Any] = {"streams": self._streams_state()}
+        resume = self._resume
+        resumed = resume is not None and resume["epoch"] == self.epoch
+        key = (
+            resume.get("schedule") if resume is not None and resumed else self.sampler.schedule_key
+        )
+        if key is not None:
+            out["schedule"] = key
+        return out
+
     def state_dict(self) -> dict[str, Any]:
-        """As StreamingDataset.state_dict, plus each stream's cursor ("streams")."""
-        return {**super().state_dict(), "streams": self._streams_state()}
+        """As StreamingDataset.state_dict, plus each stream's cursor ("streams") and the
+        schedule's key ("schedule")."""
+        return {**super().state_dict(), **self._mixture_state()}
 
     def consumed_state(self, consumed: int, num_workers: int) -> dict[str, Any]:
         """As StreamingDataset.consumed_state, plus each stream's cursor at the epoch's
-        start ("streams": pass, records consumed in it, ranks it was cut for, c_k)."""
-        return {**super().consumed_state(consumed, num_workers), "streams": self._streams_state()}
+        start ("streams": pass, records consumed in it, ranks it was cut for, c_k) and
+        the schedule's key ("schedule")."""
+        return {**super().consumed_state(consumed, num_workers), **self._mixture_state()}
 
     def load_state_dict(self, state: dict[str, Any]) -> None:
         """Continue an epoch, also in another layout (see StreamingDataset.load_state_dict).
-        The epoch finishes with the saved per-stream counts; the next one starts where the
-        saved layout left each stream (recut for this job's ranks) with this dataset's
-        weights."""
+
+        A rank's state of this job's number of ranks, saved under another schedule (or
+        other weights), goes on from the rank's next item under this dataset's: the rest
+        of the epoch is planned anew (sampler.mixture.reweight), each stream reading first
+        the records of its plan no rank had read. Otherwise the epoch finishes with the
+        saved per-stream counts, and the next one starts where the saved layout left each
+        stream (recut for this job's ranks) with this dataset's weights."""
         gathered = rank_state(state)
         state = gathered if gathered is not None else state
         if not isinstance(state, dict) or not isinstance(state.get("streams"), dict):
@@ -109,11 +129,32 @@ class MixtureEpochs(DatasetBase):
             self.sampler.load_state_dict(
                 {"epoch": epoch, "position": 0, "streams": state["streams"]}
             )
+            key = checked.get("schedule", self.sampler.schedule_key)
+            whole = not is_worker_state(checked) and "elastic" not in checked
+            if key != self.sampler.schedule_key and whole:  # a rank's own state: new weights
+                self._reweigh(checked)
             return
         old = self._sampler_for(replicas, 0, epoch)
         cursors, counts = old.epoch_start(epoch + 1)
         after = {n: cursor_state(c, m) for n, c, m in zip(self.names, cursors, counts)}
         self.sampler.begin_epoch(epoch + 1, after)
+
+    def _reweigh(self, state: dict[str, Any]) -> None:
+        """Go on with `state`'s epoch (loaded into the sampler) under this schedule: the
+        positions each of the state's workers had delivered are read; the rest is planned
+        anew from the rank's next item, as a fresh epoch (position 0)."""
+        self._resume = None
+        old = self._layout(0).of(state)
+        mine = old.streams(None)[self.sampler.rank]
+        records = [sum(b - a for *_, a, b in segs) for segs in mine]
+        skips, _ = resume_point([-(-n // old.item) for n in records], state["position"])
+        consumed = [
+            (a, b)
+            for segs, n, k in zip(mine, records, skips)
+            for *_, a, b in cut_segments(segs, 0, min(n, k * old.item))
+        ]
+        self.sampler.reweigh(consumed)
+        self._cursor.reset(0)
 
     def _sampler_for(self, num_replicas: int, rank: int, epoch: int) -> MixtureSampler:
         """Rank `rank`'s planner of `epoch` in a layout of `num_replicas` ranks, anchored

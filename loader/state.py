@@ -253,7 +253,7 @@ class MixLayout(Layout):
 
     @property
     def length(self) -> int:
-        return self.num_records // self.num_replicas
+        return self.ends[-1] if self.ends else self.num_records // self.num_replicas
 
     def streams(self, base: dict[str, Any] | None) -> Streams:
         if base is None:

@@ -208,20 +208,6 @@ def test_m5_elastic_resume_keeps_each_pass_once(
     assert len(nxt) == R2 * (90 // R2)
 
 
-def test_m5_changed_weights_apply_from_the_next_epoch(root: Path) -> None:
-    ds = mix(root, num_replicas=1, rank=0, epoch_size=40)
-    take(ds, 10)
-    state = ds.state_dict()
-    heavier = mix(root, num_replicas=1, rank=0, epoch_size=40, weights={"a": 1, "b": 1, "c": 8})
-    heavier.load_state_dict(state)
-    rest = ids_of(list(heavier))
-    full = ids_of(list(mix(root, num_replicas=1, rank=0, epoch_size=40)))
-    assert rest == full[10:]  # the epoch ends with the old counts
-    heavier.set_epoch(1)
-    got = Counter(stream_of(i) for i in ids_of(list(heavier)))
-    assert [got[n] for n in "abc"] == [4, 4, 32]  # the new weights from the next epoch
-
-
 # ------------------------------------------------------------------ M6 -----------------
 @pytest.mark.parametrize("rank", [0, 1])
 def test_m6_one_stream_reads_what_the_single_source_reads(root: Path, rank: int) -> None:

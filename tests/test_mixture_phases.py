@@ -3,8 +3,9 @@ counts, phase order, passes running on across phases, resume and elastic resume.
 
 from __future__ import annotations
 
+import itertools
 import json
-from collections import Counter
+from collections import Counter, defaultdict
 from fractions import Fraction
 from typing import Any
 
@@ -17,10 +18,13 @@ from shardstream.sampler.mixture.phases import Phases, phase_bounds
 
 from .helpers import check_resume
 from .test_mixture_sampler import (
+    add,
     check_passes,
     elastic_run,
+    labelled,
     merged,
     passes_read,
+    read_all,
     reference_counts,
     reference_schedule,
 )
@@ -157,8 +161,8 @@ schedules = st.lists(
     data=st.data(),
 )
 def test_properties_over_random_schedules(schedule, world, drop_last, seed, data) -> None:
-    if sum(e for e, _ in schedule) < world:
-        schedule = [(world, schedule[0][1]), *schedule[1:]]
+    if sum(e for e, _ in schedule) < 3:  # every rank of up to 3 reads a record
+        schedule = [(3, schedule[0][1]), *schedule[1:]]
 
     def build(rank: int, num_replicas: int = world) -> MixtureSampler:
         return MixtureSampler(SIZES, None, None, num_replicas, rank, True, seed, drop_last,
@@ -194,3 +198,60 @@ def test_phases_arithmetic_by_brute_force() -> None:
         held = Counter(ids[:position])
         assert phases.before([2, 1, 0], position) == [held[k] for k in range(3)]
     assert phases.totals == (3, 3, 2) and phases.bounds == (4, 8) and len(phases) == 8
+
+
+@settings(max_examples=40, deadline=None)
+@given(
+    before=schedules,
+    after=schedules,
+    world=st.integers(1, 3),
+    seed=st.integers(0, 2**32),
+    data=st.data(),
+)
+def test_properties_of_new_weights_at_a_checkpoint(before, after, world, seed, data) -> None:
+    """A state saved under one schedule, loaded under another of the same epoch size: the
+    rest of the epoch follows the new phases from the next record, no record of a pass is
+    read twice or left out, and a state saved after resumes exactly."""
+    total = max(3, sum(e for e, _ in before))
+    before = [(total - sum(e for e, _ in before[1:]), before[0][1]), *before[1:]]
+    scale = [max(1, e * total // sum(e for e, _ in after)) for e, _ in after]
+    after = [(e, w) for e, (_, w) in zip(scale, after)]
+    after[-1] = (after[-1][0] + total - sum(e for e, _ in after), after[-1][1])
+    if after[-1][0] < 1:
+        return
+
+    def build(rank: int, schedule: list) -> MixtureSampler:
+        return MixtureSampler(SIZES, None, None, world, rank, True, seed, True,
+                              names=NAMES, schedule=schedule)  # fmt: skip
+
+    read: dict[tuple[int, int], list] = defaultdict(list)
+    length = total // world
+    at = data.draw(st.integers(0, length))
+    for rank in range(world):
+        old = build(rank, before)
+        old.set_epoch(1)
+        add(read, labelled(old, 0, at), list(itertools.islice(iter(old), at)))
+        state = json.loads(json.dumps(old.state_dict()))
+        new = build(rank, after)
+        new.load_state_dict(state)
+        ends = phase_bounds([e for e, _ in after], world)
+        want = [max(0, b - max(a, at)) for a, b in zip((0, *ends), ends)]
+        if new.schedule_key != old.schedule_key:  # the same schedule: the epoch goes on
+            assert new.epoch_phases().lengths == tuple(want)
+            for n, counts, (_, w) in zip(want, new.epoch_phases().counts, after):
+                assert list(counts) == (reference_counts(n, w, NAMES) if n else [0, 0, 0])
+        start = new.state_dict()["position"]  # 0 after new weights, else `at`
+        rest = list(new)
+        assert len(rest) == length - at
+        add(read, labelled(new, start), rest)
+        # a state saved inside the resumed epoch resumes it exactly
+        point = data.draw(st.integers(0, len(rest)))
+        again = build(rank, after)
+        again.load_state_dict(state)
+        taken = list(itertools.islice(iter(again), point))
+        later = build(rank, after)
+        later.load_state_dict(json.loads(json.dumps(again.state_dict())))
+        assert taken + list(later) == rest
+        read_all([new], read, range(2, 5))
+    read_all([build(r, before) for r in range(world)], read, range(1))
+    check_passes(read, SIZES, [world], True)

@@ -141,3 +141,57 @@ def test_refusals_name_the_schedule(root: Path) -> None:
         phased(root, schedule=[(10, {"a": 1}), (10, {"web": 1})])
     with pytest.raises(ValueError, match="hold 90 items, and epoch_size=100"):
         phased(root, epoch_size=100)
+
+
+@pytest.mark.parametrize("workers", [0, 2])
+def test_new_weights_apply_from_the_next_item(root: Path, workers: int) -> None:
+    def mix(weights: dict[str, float] | None = None, **kw: Any) -> StreamingDataset:
+        weights = weights or {"a": 5, "b": 3, "c": 2}
+        streams = [Stream(str(root / n), weight=w, name=n) for n, w in weights.items()]
+        return StreamingDataset(streams, num_replicas=1, rank=0, epoch_size=40, **kw)
+
+    def loader(ds: StreamingDataset) -> DataLoader:
+        return DataLoader(ds, batch_size=None, num_workers=workers)
+
+    ds = mix()
+    head = take(loader(ds), 10)
+    state = json.loads(json.dumps(ds.consumed_state(10, workers)))
+    heavier = mix({"a": 1, "b": 1, "c": 8})
+    heavier.load_state_dict(state)
+    assert len(heavier) == 30  # the epoch's rest, by the new weights from item 11 on
+    rest = list(loader(heavier))
+    check_records(rest)
+    assert Counter(stream_of(r["id"]) for r in rest) == Counter({"a": 3, "b": 3, "c": 24})
+    # a state saved in the resumed epoch resumes it exactly
+    again = mix({"a": 1, "b": 1, "c": 8})
+    again.load_state_dict(state)
+    part = take(loader(again), 7)
+    later = mix({"a": 1, "b": 1, "c": 8})
+    later.load_state_dict(json.loads(json.dumps(again.consumed_state(7, workers))))
+    assert ids_of(part) + ids_of(list(loader(later))) == ids_of(rest)
+    heavier.set_epoch(1)
+    nxt = list(loader(heavier))
+    assert Counter(stream_of(r["id"]) for r in nxt) == Counter({"a": 4, "b": 4, "c": 32})
+    # no record twice within a pass: a (100 records) is in its first pass; c (7) is read
+    # in whole passes, each record as often as any other, give or take the pass under way
+    read = ids_of(head) + [r["id"] for r in rest + nxt]
+    a = [i for i in read if stream_of(i) == "a"]
+    assert len(a) == len(set(a))
+    c = Counter(i for i in read if stream_of(i) == "c")
+    assert len(c) == 7 and max(c.values()) - min(c.values()) <= 1
+
+
+def test_a_worker_state_keeps_its_weights_to_the_epoch_end(root: Path) -> None:
+    # one DataLoader worker's own state (as StatefulDataLoader restores per worker) knows
+    # nothing of the other workers' progress: its epoch ends with the saved schedule
+    full = ids_of(list(phased(root, num_replicas=1, rank=0)))
+    ds = phased(root, num_replicas=1, rank=0)
+    it = iter(ds)
+    for _ in range(5):
+        next(it)
+    state = {**ds.state_dict(), "rank": 0, "worker": 0}
+    other = phased(root, num_replicas=1, rank=0, schedule=[(90, {"a": 1, "b": 1, "c": 1})])
+    other.load_state_dict(state)
+    assert ids_of(list(other)) == full[5:]
+    other.set_epoch(1)
+    assert Counter(stream_of(i) for i in ids_of(list(other))) == Counter(a=30, b=30, c=30)

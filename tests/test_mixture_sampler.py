@@ -311,7 +311,7 @@ def test_m5_cursor_of_any_epoch_in_closed_form() -> None:
     state = s.state_dict()["streams"]
     # code: 100 records, 3 ranks, no drop_last: 34 per pass; 6 per epoch
     assert state["code"] == {"pass": 6000 // 34, "consumed": 6000 % 34,
-                             "num_replicas": 3, "count": 6}  # fmt: skip
+                             "num_replicas": 3, "count": 6, "records": 100}  # fmt: skip
 
 
 def elastic_run(build, worlds: list[int], at: list[int], epochs: int):
@@ -390,31 +390,42 @@ def test_m5_elastic_rest_of_epoch_is_the_old_ranks_rest() -> None:
     assert len(new) == 60 // 2
 
 
-def test_m5_changed_weights_apply_from_the_next_epoch() -> None:
-    old = make(0)
-    old.set_epoch(2)
-    it = iter(old)
-    for _ in range(5):
-        next(it)
-    state = old.state_dict()
-    new = make(0, weights=[1, 1, 2])
-    assert new.counts == (5, 5, 10)
-    new.load_state_dict(state)
-    rest = list(new)
-    ref = make(0)
-    ref.set_epoch(2)
-    assert rest == list(ref)[5:]  # the epoch finishes with the old counts
-    new.set_epoch(3)
-    got = list(new)
-    assert Counter(k for k, _ in got) == Counter({0: 5, 1: 5, 2: 10})
-    # cursors advance by the new counts: epoch 4 starts 5 / 5 / 10 records after epoch 3
-    start3 = new.state_dict()["streams"]
-    new.set_epoch(4)
-    start4 = new.state_dict()["streams"]
-    for name, c in zip(NAMES, (5, 5, 10)):
-        span = new.pass_lengths[NAMES.index(name)]
-        before = start3[name]["pass"] * span + start3[name]["consumed"]
-        assert start4[name]["pass"] * span + start4[name]["consumed"] == before + c
+@pytest.mark.parametrize("drop_last", [True, False])
+def test_m5_new_weights_apply_from_the_resumed_record(drop_last: bool) -> None:
+    read: dict[tuple[int, int], list] = defaultdict(list)
+    for rank in range(3):
+        old = make(rank, drop_last=drop_last)
+        old.set_epoch(2)
+        whole = labelled(old)  # what the old weights would have read this epoch
+        add(read, labelled(old, 0, 5), list(itertools.islice(iter(old), 5)))
+        state = json.loads(json.dumps(old.state_dict()))
+        new = make(rank, weights=[1, 1, 2], drop_last=drop_last)
+        assert new.counts == (5, 5, 10)
+        new.load_state_dict(state)
+        # the rest of the epoch (15 positions) by the new weights, from the next record
+        assert len(new) == 15 and new.state_dict()["position"] == 0
+        assert list(new.epoch_counts()) == reference_counts(15, [1, 1, 2], NAMES)
+        rest = labelled(new)
+        add(read, rest, list(new))
+        for k, recs in enumerate(rest):
+            held_k = sum(1 for _ in labelled(old, 0, 5)[k])
+            left = whole[k][held_k:]  # the records the old plan had left for stream k
+            n = min(len(left), len(recs))
+            assert recs[:n] == left[:n]  # read first, in order
+        # later epochs: the new weights, passes going on
+        read_all([new], read, range(3, 6))
+        new.set_epoch(3)
+        assert Counter(k for k, _ in new) == Counter({0: 5, 1: 5, 2: 10})
+    # epochs 0-1 under the old weights, for complete passes
+    read_all([make(r, drop_last=drop_last) for r in range(3)], read, range(2))
+    check_passes(read, SIZES, [3], drop_last)
+
+
+def test_m5_a_state_of_another_source_is_refused() -> None:
+    state = make(0).state_dict()
+    other = make(0, streams=[[5, 0, 9], SIZES[1], SIZES[2]])  # web lost a shard
+    with pytest.raises(ValueError, match="saved for a stream of 18 records; this stream 'web'"):
+        other.load_state_dict(state)
 
 
 # --- M6: one stream is the single-source sampler ------------------------------------------

@@ -213,13 +213,36 @@ def test_mixture_table_simulation_and_plot(
     assert png.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n" and png.stat().st_size > 10_000
 
 
+def test_mixture_phases_per_rank_and_stream(capsys: pytest.CaptureFixture[str]) -> None:
+    argv = ["--stream", "web=simulate:100x1000", "--stream", "code=simulate:20x1000"]
+    phases = ["--phase", "90000:web=0.8,code=0.2", "--phase", "10000:code=1"]
+    doc = run_json(capsys, *argv, *phases, "--world-size", "8", "--workers", "2")
+    from shardstream.sampler import MixtureSampler
+
+    schedule = [(90000, {"web": 0.8, "code": 0.2}), (10000, {"code": 1})]
+    m = MixtureSampler([[1000] * 100, [1000] * 20], None, None, 8, 0, names=["web", "code"],
+                       schedule=schedule)  # fmt: skip
+    assert doc["phases"] == [
+        {"items": 90000, "per_rank": 11250, "records_per_stream": [9000, 2250]},
+        {"items": 10000, "per_rank": 1250, "records_per_stream": [0, 1250]},
+    ]
+    assert [list(c) for c in m.phases.counts] == [[9000, 2250], [0, 1250]]
+    assert [s["records_per_rank"] for s in doc["streams"]] == [9000, 3500]
+    assert main([*argv, *phases, "--world-size", "8"]) == 0
+    out = capsys.readouterr().out
+    assert "   2         10,000     1,250            0        1,250" in out
+
+
 @pytest.mark.parametrize(
     ("argv", "message"),
     [
         (["--stream", "web", "--world-size", "2"], "expected NAME=SOURCE[:WEIGHT]"),
         (["--stream", "w=x:-1", "--world-size", "2"], "weight must be > 0"),
         (["x", "--stream", "w=x", "--world-size", "2"], "give no SOURCE or --simulate-shards"),
-        (["x", "--epoch-size", "5", "--world-size", "2"], "--epoch-size applies to mixtures"),
+        (["x", "--epoch-size", "5", "--world-size", "2"], "--epoch-size and --phase apply to"),
+        (["x", "--phase", "5:a=1", "--world-size", "2"], "--epoch-size and --phase apply to"),
+        (["--stream", "w=simulate:2x3:1", "--phase", "6:w=1"], "no :WEIGHT on --stream w"),
+        (["--stream", "w=simulate:2x3", "--phase", "6"], "expected ITEMS:NAME=WEIGHT"),
         (["--stream", "w=simulate:ax3", "--world-size", "2"], "not simulate:SHARDSxRECORDS"),
     ],
 )

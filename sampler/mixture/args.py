@@ -5,6 +5,8 @@ Each check raises ValueError quoting the stream's name and the bad value.
 
 from __future__ import annotations
 
+import hashlib
+import json
 import math
 from collections.abc import Mapping, Sequence
 from typing import Any
@@ -21,6 +23,7 @@ __all__ = [
     "check_schedule",
     "check_streams",
     "check_weights",
+    "schedule_key",
     "stream_seed",
     "stream_sizes",
 ]
@@ -141,3 +144,10 @@ def check_schedule(schedule: Any, names: list[str], epoch_size: Any) -> Schedule
             "they must be equal (or leave epoch_size out)"
         )
     return tuple(out)
+
+
+def schedule_key(schedule: Schedule, names: list[str]) -> int:
+    """A digest of a schedule (phases' items, weights by stream name), as a state keeps it:
+    a state loaded under another key goes on under the new weights."""
+    text = json.dumps([[e, dict(zip(names, w))] for e, w in schedule], sort_keys=True)
+    return int.from_bytes(hashlib.blake2b(text.encode(), digest_size=7).digest(), "big")

@@ -102,10 +102,15 @@ class Phases:
 
 
 def plan_phases(
-    items: Sequence[int], weights: Sequence[Weights], num_replicas: int, ranks: Sequence[int]
+    items: Sequence[int],
+    weights: Sequence[Weights],
+    num_replicas: int,
+    ranks: Sequence[int],
+    start: int = 0,
 ) -> Phases:
     """A fresh epoch's phases for `num_replicas` ranks: phase p's positions
-    (`phase_bounds`) apportioned by `weights[p]`."""
+    (`phase_bounds`) apportioned by `weights[p]`; with `start`, only the positions from
+    there on (the rest of an epoch, sampler.mixture.reweight)."""
     bounds = phase_bounds(items, num_replicas)
-    lengths = [b - a for a, b in zip((0, *bounds), bounds)]
+    lengths = [max(0, b - max(a, start)) for a, b in zip((0, *bounds), bounds)]
     return Phases(tuple(tuple(apportion(n, w, ranks)) for n, w in zip(lengths, weights)))

@@ -8,7 +8,7 @@ kept (least recently used dropped first), and a pass's line only while its plans
 from __future__ import annotations
 
 from collections import OrderedDict
-from collections.abc import Sequence
+from collections.abc import Iterator, Sequence
 
 import numpy as np
 import numpy.typing as npt
@@ -16,6 +16,8 @@ import numpy.typing as npt
 from ..epoch import EpochLine, rank_length
 from ..plan import Groups, Plan
 from ..planning import line_of, span_plan
+from .passes import Cursor, cut_lengths, to_first_cut
+from .read import PassPiece
 
 __all__ = ["PassPlans"]
 
@@ -88,3 +90,25 @@ class PassPlans:
                 self._line_cache.popitem(last=False)
         self._line_cache.move_to_end(key)
         return self._line_cache[key]
+
+    def pieces(
+        self, k: int, cursor: Cursor, num_replicas: int, rank: int, x0: int, x1: int
+    ) -> Iterator[PassPiece]:
+        """Records [x0, x1) of stream k's sequence counted from `cursor`, for `rank` of
+        `num_replicas`, as pass pieces: the rest of the cursor's pass (as elastic resumes
+        cut it), then fresh passes cut for `num_replicas`."""
+        n = self.num_records[k]
+        lengths = cut_lengths(n, self.drop_last, cursor)
+        left = lengths[-1] - cursor.consumed  # records left in the current pass's span
+        first = cursor.recut[0][0] if cursor.recut else cursor.num_replicas
+        p, c = cursor.pass_index, cursor.consumed
+        for r0, lo, hi in to_first_cut(lengths, cursor, rank, c + x0, c + min(x1, left)):
+            yield PassPiece(k, p, first, r0, self.plan(k, p, first, r0), lo, hi)
+        full = rank_length(n, num_replicas, self.drop_last)
+        pos, end = max(0, x0 - left), x1 - left  # positions in the later, fresh passes
+        while pos < end:
+            q, offset = divmod(pos, full)
+            take = min(end - pos, full - offset)
+            plan = self.plan(k, p + 1 + q, num_replicas, rank)
+            yield PassPiece(k, p + 1 + q, num_replicas, rank, plan, offset, offset + take)
+            pos += take

@@ -9,6 +9,11 @@ and each epoch takes the next c_k records of it (`sampler.mixture.passes`). So n
 stream repeats within its pass (across ranks, with drop_last), a small stream is
 upsampled by whole fresh passes, and a large one continues across epochs.
 
+A `schedule` splits the epoch into phases, each with its own counts and stratified
+schedule (`sampler.mixture.phases`); the streams' sequences run on across them. A state
+loaded under another schedule goes on under it from the next record
+(`sampler.mixture.reweight`).
+
 State is a few JSON integers: the epoch, the position in it, and per stream (by name) the
 cursor at the epoch's start and the epoch's count c_k (see `MixtureSampler.state_dict`).
 Planning and seeking cost O(streams x shards + pieces), never O(records).
@@ -36,13 +41,15 @@ from .args import (
     check_schedule,
     check_streams,
     check_weights,
+    schedule_key,
     stream_seed,
     stream_sizes,
 )
-from .passes import Cursor, advance, cut_lengths, recut, to_first_cut
+from .passes import Cursor, advance, recut
 from .phases import Phases, plan_phases
 from .plans import PassPlans
 from .read import MixturePart, PassPiece, merge_streams, piece_records
+from .reweight import IDENTITY, Map, after_epochs, reweigh, through
 from .schedule import MAX_POSITIONS, name_ranks
 from .state import cursor_state, load_cursors
 
@@ -59,6 +66,7 @@ class _Anchor:
     epoch: int
     cursors: tuple[Cursor, ...]
     phases: Phases
+    maps: tuple[Map, ...] = ()  # per stream, what the epoch reads (sampler.mixture.reweight)
 
 
 class MixtureSampler(Sampler[tuple[int, int]]):
@@ -116,16 +124,15 @@ class MixtureSampler(Sampler[tuple[int, int]]):
         check_streams(self.names, self.num_records, self.num_replicas, self.drop_last)
         if schedule is not None and weights is not None:
             raise ValueError("give weights or a schedule, not both")
-        self.schedule = check_schedule(schedule, self.names, epoch_size)
+        phased = check_schedule(schedule, self.names, epoch_size)
         self.weights = check_weights(weights, self.num_records, self.names)
         total = sum(self.num_records) if epoch_size is None else epoch_size
-        if self.schedule is not None:
-            total = sum(e for e, _ in self.schedule)
+        if phased is not None:
+            total = sum(e for e, _ in phased)
+            self.weights = list(phased[0][1])
         self.epoch_size = check_flag("epoch_size", total, 1)
-        if self.schedule is None:  # fixed weights: one phase
-            self.schedule = ((self.epoch_size, tuple(self.weights)),)
-        else:
-            self.weights = list(self.schedule[0][1])
+        # fixed weights: one phase
+        self.schedule = phased or ((self.epoch_size, tuple(self.weights)),)
         length = self.epoch_size // self.num_replicas
         if length < 1 or length >= MAX_POSITIONS:
             raise ValueError(
@@ -138,6 +145,7 @@ class MixtureSampler(Sampler[tuple[int, int]]):
             self.phase_items, [w for _, w in self.schedule], self.num_replicas, self._ranks
         )
         self.counts = self.phases.totals  # per stream, its positions in a fresh epoch
+        self.schedule_key = schedule_key(self.schedule, self.names)
         self.seeds = tuple(stream_seed(self.seed, n) for n in self.names)
         # per stream, (S_k,) global id of each shard's first record
         self.offsets = [
@@ -147,36 +155,17 @@ class MixtureSampler(Sampler[tuple[int, int]]):
         self._anchor = _Anchor(0, fresh, self.phases)
         self.epoch = 0
         self._resume = self._yielded = 0
-        self._passes = PassPlans(
-            self.sizes,
-            self.seeds,
-            self.shuffle,
-            self.drop_last,
-            self.window,
-            self.groups,
-            self.local_world_size,
-        )
+        self._passes = PassPlans(self.sizes, self.seeds, self.shuffle, self.drop_last,
+                                 self.window, self.groups, self.local_world_size)  # fmt: skip
 
     # --- the epoch --------------------------------------------------------------------
 
     def for_rank(self, num_replicas: int, rank: int) -> MixtureSampler:
         """The same mixture (streams, weights, epoch size, seed, ...) planned for `rank` of
         `num_replicas` ranks, at epoch 0: load a state into it to anchor its epochs."""
-        return MixtureSampler(
-            self.sizes,
-            None,
-            self.epoch_size,
-            num_replicas,
-            rank,
-            self.shuffle,
-            self.seed,
-            self.drop_last,
-            self.window,
-            self.names,
-            self.groups,
-            self.local_world_size,
-            self.schedule,
-        )
+        return MixtureSampler(self.sizes, None, self.epoch_size, num_replicas, rank,
+                              self.shuffle, self.seed, self.drop_last, self.window, self.names,
+                              self.groups, self.local_world_size, self.schedule)  # fmt: skip
 
     def set_epoch(self, epoch: int) -> None:
         """Select the epoch. A different epoch drops a pending resume position; an epoch
@@ -188,25 +177,38 @@ class MixtureSampler(Sampler[tuple[int, int]]):
         self.epoch = epoch
 
     def epoch_start(self, epoch: int | None = None) -> tuple[tuple[Cursor, ...], tuple[int, ...]]:
-        """(cursors at the epoch's start, the epoch's counts c_k over its phases)."""
-        cursors, phases = self._epoch(epoch)
-        return cursors, phases.totals
+        """(cursors at the epoch's start, the epoch's counts c_k over its phases). After
+        new weights at a checkpoint, a cursor is past every record read so far: records an
+        epoch resumed so left unread (`sampler.mixture.reweight`) are not in it."""
+        cursors, phases, maps = self._epoch(epoch)
+        past = tuple(
+            advance(c, m[-1][0], n, self.drop_last) if len(m) > 1 else c
+            for c, m, n in zip(cursors, maps, self.num_records)
+        )
+        return past, phases.totals
 
-    def _epoch(self, epoch: int | None = None) -> tuple[tuple[Cursor, ...], Phases]:
-        """(cursors at the epoch's start, its phases), in closed form: the anchor epoch's
-        cursors advanced by its counts, then by `counts` per epoch."""
+    def _epoch(
+        self, epoch: int | None = None
+    ) -> tuple[tuple[Cursor, ...], Phases, tuple[Map, ...]]:
+        """(cursors at the epoch's start, its phases, what it reads of each stream), in
+        closed form: the anchor epoch's cursors advanced by its counts, then by `counts`
+        per epoch (after new weights at a checkpoint, once the holes are read)."""
         e = self.epoch if epoch is None else check_flag("epoch", epoch, 0)
         a = self._anchor
         if e < a.epoch:
             raise ValueError(f"epoch {e} precedes epoch {a.epoch} of the loaded state")
+        maps = a.maps or (IDENTITY,) * len(self.names)
         if e == a.epoch:
-            return a.cursors, a.phases
-        done = a.phases.totals
+            return a.cursors, a.phases, maps
+        later = [
+            after_epochs(m, first, c, e - a.epoch)
+            for m, first, c in zip(maps, a.phases.totals, self.counts)
+        ]
         cursors = tuple(
-            advance(cur, done[k] + (e - a.epoch - 1) * self.counts[k], n, self.drop_last)
-            for k, (cur, n) in enumerate(zip(a.cursors, self.num_records))
+            advance(cur, shift, n, self.drop_last)
+            for cur, (shift, _), n in zip(a.cursors, later, self.num_records)
         )
-        return cursors, self.phases
+        return cursors, self.phases, tuple(m for _, m in later)
 
     def epoch_counts(self) -> tuple[int, ...]:
         """c_k of the current epoch (the rest's, after an elastic resume)."""
@@ -241,17 +243,15 @@ class MixtureSampler(Sampler[tuple[int, int]]):
     def worker_ranges(
         self, worker: int = 0, num_workers: int = 1, align: int = 1
     ) -> list[tuple[int, int]]:
-        """Positions worker `worker` reads, phase by phase: each phase cut in
-        `num_workers` contiguous parts at multiples of `align`, so that a DataLoader taking
-        items from its workers in turn delivers phase 1, then phase 2, ... With one phase,
-        ``[worker_range(...)]``."""
+        """Positions [lo, hi) worker `worker` reads, a range per phase: each phase cut as
+        `worker_range` cuts the epoch, so that a DataLoader taking items from its workers in
+        turn delivers phase 1, then phase 2, ... (one phase: ``[worker_range(...)]``)."""
         self.worker_range(worker, num_workers, align)  # checks the arguments
-        ends = self.epoch_phases().bounds
-        segments = phased_streams(ends, 1, num_workers, align)[0][worker]
-        return [(a, b) for _, _, a, b in segments]
+        segments = phased_streams(self.epoch_phases().bounds, 1, num_workers, align)
+        return [(a, b) for _, _, a, b in segments[0][worker]]
 
     def worker_part(self, worker: int = 0, num_workers: int = 1, align: int = 1) -> MixturePart:
-        """What worker `worker` reads: `part` of its `worker_range`."""
+        """`part` of the worker's `worker_range` (with phases, workers read `worker_ranges`)."""
         return self.part(*self.worker_range(worker, num_workers, align))
 
     def part(self, start: int, stop: int) -> MixturePart:
@@ -260,12 +260,14 @@ class MixtureSampler(Sampler[tuple[int, int]]):
         Stream k reads records [n_k(start), n_k(stop)) of its slice of the epoch (n_k the
         schedule's counts), a contiguous range of its sequence from the epoch's cursor.
         """
-        cursors, phases = self._epoch()
+        cursors, phases, maps = self._epoch()
         if not 0 <= start <= stop <= len(phases):
             raise ValueError(f"need 0 <= start <= stop <= {len(phases)}, got {start}, {stop}")
         a = phases.before(self._ranks, start)
         b = phases.before(self._ranks, stop)
-        pieces = tuple(tuple(self._pieces(k, cursors[k], a[k], b[k])) for k in range(len(a)))
+        pieces = tuple(
+            tuple(self._pieces(k, cursors[k], maps[k], a[k], b[k])) for k in range(len(a))
+        )
         return MixturePart(self.epoch, start, stop, tuple(a), pieces)
 
     def stream_ids(self, start: int = 0, stop: int | None = None) -> Iterator[I64Array]:
@@ -273,23 +275,11 @@ class MixtureSampler(Sampler[tuple[int, int]]):
         phases = self.epoch_phases()
         return phases.stream_ids(self._ranks, start, len(phases) if stop is None else stop)
 
-    def _pieces(self, k: int, cursor: Cursor, x0: int, x1: int) -> Iterator[PassPiece]:
-        """Records [x0, x1) of stream k's sequence counted from `cursor`, as pass pieces."""
-        n = self.num_records[k]
-        lengths = cut_lengths(n, self.drop_last, cursor)
-        left = lengths[-1] - cursor.consumed  # records left in the current pass's span
-        first = cursor.recut[0][0] if cursor.recut else cursor.num_replicas
-        p, c = cursor.pass_index, cursor.consumed
-        for r0, lo, hi in to_first_cut(lengths, cursor, self.rank, c + x0, c + min(x1, left)):
-            yield PassPiece(k, p, first, r0, self._passes.plan(k, p, first, r0), lo, hi)
-        full = rank_length(n, self.num_replicas, self.drop_last)
-        pos, end = max(0, x0 - left), x1 - left  # positions in the later, fresh passes
-        while pos < end:
-            q, offset = divmod(pos, full)
-            take = min(end - pos, full - offset)
-            plan = self._passes.plan(k, p + 1 + q, self.num_replicas, self.rank)
-            yield PassPiece(k, p + 1 + q, self.num_replicas, self.rank, plan, offset, offset + take)
-            pos += take
+    def _pieces(self, k: int, cursor: Cursor, m: Map, x0: int, x1: int) -> Iterator[PassPiece]:
+        """Records [x0, x1) stream k reads this epoch by map `m` from `cursor`, as pass
+        pieces."""
+        for a, b in through(m, x0, x1):
+            yield from self._passes.pieces(k, cursor, self.num_replicas, self.rank, a, b)
 
     # --- records ----------------------------------------------------------------------
 
@@ -297,11 +287,11 @@ class MixtureSampler(Sampler[tuple[int, int]]):
         """Chunks of (stream index, record id) arrays for positions [start, stop), merged
         by the schedule from each stream's pass pieces; nothing before `start` is made."""
         stop = len(self) if stop is None else stop
-        cursors, phases = self._epoch()
+        cursors, phases, maps = self._epoch()
         a = phases.before(self._ranks, start)
         b = phases.before(self._ranks, stop)
         streams = [
-            piece_records(self._pieces(k, cursors[k], a[k], b[k]), self.offsets[k])
+            piece_records(self._pieces(k, cursors[k], maps[k], a[k], b[k]), self.offsets[k])
             for k in range(len(cursors))
         ]
         return merge_streams(phases.stream_ids(self._ranks, start, stop), streams)
@@ -326,23 +316,22 @@ class MixtureSampler(Sampler[tuple[int, int]]):
         in each phase) in an epoch of several phases. The state is the same on every rank
         of a job that yielded the same number of records.
         """
-        cursors, phases = self._epoch()
+        cursors, phases, maps = self._epoch()
+        sizes = self.num_records
         streams = {
-            n: cursor_state(c, m, [p[k] for p in phases.counts])
+            n: cursor_state(c, m, [p[k] for p in phases.counts], maps[k], sizes[k])
             for k, (n, c, m) in enumerate(zip(self.names, cursors, phases.totals))
         }
-        return {"epoch": self.epoch, "position": self._yielded, "streams": streams}
+        key = self.schedule_key
+        return {"epoch": self.epoch, "position": self._yielded, "streams": streams, "schedule": key}
 
     def begin_epoch(self, epoch: int, streams: Mapping[str, Any]) -> None:
-        """Plan epoch `epoch` as a fresh epoch of this layout (this sampler's counts,
-        position 0) that starts where `streams` say each stream stands, as
-        ``state_dict()["streams"]`` gives them. Cursors cut for another number of ranks
-        (the layout an elastic resume left) are recut for this sampler's ranks: the rest
-        of each stream's current pass laid end to end and cut anew (`sampler.mixture.passes.recut`).
-        """
+        """Plan epoch `epoch` as a fresh epoch of this layout, starting where `streams`
+        (as ``state_dict()["streams"]``) say each stream stands; cursors of another number
+        of ranks are recut for this sampler's (`sampler.mixture.passes.recut`)."""
         epoch = check_flag("epoch", epoch, 0)
         state = {"epoch": epoch, "position": 0, "streams": streams}
-        _, _, cursors, _ = load_cursors(state, self.names, self.num_records, self.drop_last)
+        _, _, cursors, *_ = load_cursors(state, self.names, self.num_records, self.drop_last)
         cursors = tuple(
             c
             if c.num_replicas == self.num_replicas
@@ -355,8 +344,9 @@ class MixtureSampler(Sampler[tuple[int, int]]):
     def load_state_dict(self, state: Mapping[str, Any]) -> None:
         """Continue from a state; the next iteration yields exactly what follows it.
 
-        Same number of ranks: the epoch goes on with the saved counts (even if the weights
-        changed; new weights count from the next epoch), and only then the new ones.
+        Same number of ranks: the epoch goes on as it was planned; a state saved under
+        another schedule (its "schedule" key differs) goes on under this one from the next
+        record (`reweigh`).
 
         Another number of ranks (elastic): the epoch's rest is planned anew for the new
         layout, as an epoch of its own. Every old rank had read the same records of each
@@ -370,10 +360,20 @@ class MixtureSampler(Sampler[tuple[int, int]]):
         any other.
         Nothing is replayed; a pass recut several times keeps each layout in "recut".
         """
-        epoch, position, cursors, phases = load_cursors(
+        epoch, position, cursors, phases, maps = load_cursors(
             state, self.names, self.num_records, self.drop_last
         )
         old = cursors[0].num_replicas
+        if old == self.num_replicas and state.get("schedule") not in (None, self.schedule_key):
+            self._anchor = _Anchor(epoch, cursors, phases, maps)
+            self.epoch = epoch
+            self.reweigh([(0, position)])
+            return
+        if old != self.num_replicas and any(m != IDENTITY for m in maps):
+            raise ValueError(
+                "this state's epoch was resumed under new weights; a sampler resumes it in "
+                f"its own {old} ranks (a dataset resumes it in any layout)"
+            )
         if old != self.num_replicas:
             held = phases.before(self._ranks, position)
             cursors = tuple(
@@ -382,5 +382,20 @@ class MixtureSampler(Sampler[tuple[int, int]]):
             )
             phases = phases.rest(self._ranks, position, old, self.num_replicas)
             position = 0
-        self._anchor = _Anchor(epoch, cursors, phases)
+        self._anchor = _Anchor(epoch, cursors, phases, maps)
         self.epoch, self._resume, self._yielded = epoch, position, position
+
+    def reweigh(self, consumed: Sequence[tuple[int, int]]) -> None:
+        """Go on with this epoch under this sampler's schedule after the positions
+        `consumed` (ranges; one per DataLoader worker) of the epoch as it was planned were
+        read: the rest, from position ``sum(hi - lo)`` to the epoch's end, becomes the epoch
+        (position 0), its phases this schedule's over those positions, each stream reading
+        the records no consumed position took, then what follows the old plan
+        (`sampler.mixture.reweight`)."""
+        cursors, phases, maps = self._epoch()
+        start = sum(hi - lo for lo, hi in consumed)
+        maps = tuple(reweigh(phases, maps, self._ranks, consumed))
+        weights = [w for _, w in self.schedule]
+        rest = plan_phases(self.phase_items, weights, self.num_replicas, self._ranks, start)
+        self._anchor = _Anchor(self.epoch, cursors, rest, maps)
+        self._resume = self._yielded = 0

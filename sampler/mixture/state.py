@@ -2,11 +2,14 @@
 
     {"epoch": e, "position": i,
      "streams": {name: {"pass": p, "consumed": s, "num_replicas": R, "count": c_k,
-                        "phases": [c_k1, c_k2, ...],
+                        "phases": [c_k1, c_k2, ...], "map": [[a, b], ..., [a, -1]],
+                        "records": N_k,
                         "recut": [{"num_replicas": R0, "consumed": s0}, ...]}}}
 
 "recut" is present only for a pass that elastic resumes cut anew (oldest layout first);
-"phases" only for an epoch of several phases (a schedule): the stream's count in each.
+"phases" only for an epoch of several phases (a schedule): the stream's count in each;
+"map" only for an epoch resumed under new weights (sampler.mixture.reweight); "records",
+the stream's record count, to refuse a state of another source.
 """
 
 from __future__ import annotations
@@ -18,15 +21,23 @@ import numpy as np
 
 from .passes import Cursor, cut_lengths
 from .phases import Phases
+from .reweight import IDENTITY, OPEN, Map
 
 __all__ = ["cursor_state", "load_cursors"]
 
-Loaded = tuple[int, int, tuple[Cursor, ...], Phases]
+Loaded = tuple[int, int, tuple[Cursor, ...], Phases, tuple[Map, ...]]
 
 
-def cursor_state(cursor: Cursor, count: int, phases: Sequence[int] = ()) -> dict[str, Any]:
+def cursor_state(
+    cursor: Cursor,
+    count: int,
+    phases: Sequence[int] = (),
+    reads: Map = IDENTITY,
+    records: int | None = None,
+) -> dict[str, Any]:
     """One stream's entry of the state: its cursor and the epoch's count (and, over
-    several phases, its count in each)."""
+    several phases, its count in each; resumed under new weights, the map it reads by;
+    the stream's record count)."""
     out: dict[str, Any] = {
         "pass": cursor.pass_index,
         "consumed": cursor.consumed,
@@ -35,6 +46,10 @@ def cursor_state(cursor: Cursor, count: int, phases: Sequence[int] = ()) -> dict
     }
     if len(phases) > 1:
         out["phases"] = [int(c) for c in phases]
+    if reads != IDENTITY:
+        out["map"] = [[a, b] for a, b in reads]
+    if records is not None:
+        out["records"] = int(records)
     if cursor.recut:
         out["recut"] = [{"num_replicas": r, "consumed": s} for r, s in cursor.recut]
     return out
@@ -59,6 +74,26 @@ def _phases(entry: Any, count: int, where: str) -> list[int]:
     if sum(out) != count:
         raise ValueError(f"{where}: phases {out} do not add up to its count {count}")
     return out
+
+
+def _map(entry: Any, where: str) -> Map:
+    """The map a stream's epoch reads by (sampler.mixture.reweight), checked."""
+    raw = entry.get("map", [list(i) for i in IDENTITY])
+    out: list[tuple[int, int]] = []
+    ok = isinstance(raw, list) and raw
+    for i, pair in enumerate(raw if ok else []):
+        last = i == len(raw) - 1
+        if not (isinstance(pair, list) and len(pair) == 2 and all(type(x) is int for x in pair)):
+            ok = False
+            break
+        a, b = pair
+        ok = ok and a >= (out[-1][1] if out else 0) and (b == OPEN if last else a < b)
+        out.append((a, b))
+    if not ok:
+        raise ValueError(
+            f"{where}['map'] must be sorted [a, b] pairs, the last [a, -1]; got {raw!r}"
+        )
+    return tuple(out)
 
 
 def _cursor(entry: Any, num_records: int, drop_last: bool, where: str) -> tuple[Cursor, int]:
@@ -103,6 +138,13 @@ def load_cursors(
             f"state streams {sorted(streams)} differ from the mixture's {sorted(names)}: "
             f"missing {sorted(missing)}, unknown {sorted(unknown)}"
         )
+    for name, n in zip(names, num_records):
+        saved = streams[name].get("records", n) if isinstance(streams[name], Mapping) else n
+        if saved != n:
+            raise ValueError(
+                f"state['streams'][{name!r}] was saved for a stream of {saved} records; "
+                f"this stream {name!r} has {n}: another source under the same name?"
+            )
     loaded = [
         _cursor(streams[name], n, drop_last, f"state['streams'][{name!r}]")
         for name, n in zip(names, num_records)
@@ -120,4 +162,5 @@ def load_cursors(
         raise ValueError(f"state streams were cut for different num_replicas: {sorted(layouts)}")
     if position > len(phases):
         raise ValueError(f"state['position']={position} exceeds the epoch's {len(phases)} records")
-    return epoch, position, cursors, phases
+    maps = tuple(_map(streams[name], f"state['streams'][{name!r}]") for name in names)
+    return epoch, position, cursors, phases, maps

@@ -10,7 +10,7 @@ from shardstream.sampler.advice import TARGET
 from shardstream.sampler.checks import parse_size
 
 from .cache import DEFAULT_SIM_NODES
-from .mixture import parse_stream
+from .mixture import parse_phase, parse_stream
 from .pack import add_pack_arguments, check_pack_arguments
 
 __all__ = ["parse_args"]
@@ -125,6 +125,14 @@ def _mixture_and_cache(p: argparse.ArgumentParser) -> None:
     )
     p.add_argument("--epoch-size", type=int, metavar="E", help="a mixture's records an epoch")
     p.add_argument(
+        "--phase",
+        action="append",
+        type=parse_phase,
+        metavar="ITEMS:NAME=W,...",
+        help="a phase of a mixture's schedule (repeatable, in order): ITEMS of the epoch "
+        "across ranks and each stream's weight in it (streams left out weigh 0)",
+    )
+    p.add_argument(
         "--local-world-size",
         type=int,
         metavar="W",
@@ -188,10 +196,13 @@ def _check(p: argparse.ArgumentParser, args: argparse.Namespace) -> None:
     if args.stream:
         if args.source is not None or args.simulate_shards is not None:
             p.error("--stream plans a mixture: give no SOURCE or --simulate-shards with it")
+        weighed = [a.name for a in args.stream if a.weight is not None]
+        if args.phase and weighed:
+            p.error(f"--phase gives the weights: no :WEIGHT on --stream {', '.join(weighed)}")
     elif (args.source is None) == (args.simulate_shards is None):
         p.error("give either SOURCE, --simulate-shards or --stream")
-    elif args.epoch_size is not None:
-        p.error("--epoch-size applies to mixtures (--stream)")
+    elif args.epoch_size is not None or args.phase:
+        p.error("--epoch-size and --phase apply to mixtures (--stream)")
     if args.simulate_shards is not None and args.records_per_shard is None:
         args.records_per_shard = 1000
     if args.simulate_shards is None:

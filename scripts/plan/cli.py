@@ -180,11 +180,18 @@ def print_mixture(doc: dict[str, Any]) -> None:
     )
     for s in doc["streams"]:
         ends = "-" if s["pass_ends_epoch"] is None else f"{s['pass_ends_epoch']:,}"
+        weight = "phases" if s["weight"] is None else f"{s['weight']:,.4g}"
         print(
             f"{s['name'][:12]:>12} {s['num_records']:>14,} {s['num_shards']:>9,} "
-            f"{s['weight']:>10,.4g} {s['records_per_rank']:>15,} {s['passes_per_epoch']:>13.3f} "
+            f"{weight:>10} {s['records_per_rank']:>15,} {s['passes_per_epoch']:>13.3f} "
             f"{ends:>19}"
         )
+    if len(doc["phases"]) > 1:
+        names = [s["name"][:12] for s in doc["streams"]]
+        print(f"{'phase':>12} {'items':>14} {'per rank':>9} " + " ".join(f"{n:>12}" for n in names))
+        for p, ph in enumerate(doc["phases"], 1):
+            counts = " ".join(f"{c:>12,}" for c in ph["records_per_stream"])
+            print(f"{p:>12} {ph['items']:>14,} {ph['per_rank']:>9,} {counts}")
     print_ranks(doc["per_rank"])
 
 

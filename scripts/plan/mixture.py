@@ -4,6 +4,7 @@ records, shards and bytes.
     --stream NAME=SOURCE[:WEIGHT]    repeatable; SOURCE as for one dataset, or
                                      simulate:SHARDSxRECORDS (synthetic, no storage)
     --epoch-size E                   records an epoch over all ranks (default: all streams)
+    --phase ITEMS:NAME=W,...         repeatable: a schedule's phases, in order
 """
 
 from __future__ import annotations
@@ -20,7 +21,7 @@ if TYPE_CHECKING:  # torch is imported only when a mixture is planned
     from shardstream.loader.index.shard_index import ShardIndex
     from shardstream.sampler.mixture.sampler import MixtureSampler
 
-__all__ = ["StreamArg", "mixture_doc", "parse_stream"]
+__all__ = ["StreamArg", "mixture_doc", "parse_phase", "parse_stream"]
 
 SIMULATE = "simulate:"
 
@@ -67,6 +68,19 @@ def parse_stream(text: str) -> StreamArg:
     return StreamArg(name, source, weight)
 
 
+def parse_phase(text: str) -> tuple[int, dict[str, float]]:
+    """ITEMS:NAME=W,NAME=W,... -> (items, {name: weight})."""
+    items, colon, rest = text.partition(":")
+    try:
+        if not colon:
+            raise ValueError(text)
+        weights = {n: float(w) for n, _, w in (p.partition("=") for p in rest.split(","))}
+        return int(items), weights
+    except ValueError:
+        pass
+    raise argparse.ArgumentTypeError(f"expected ITEMS:NAME=WEIGHT,..., got {text!r}")
+
+
 def _sizes(arg: StreamArg, index: ShardIndex | None) -> Any:
     shape = arg.simulated
     if shape is not None:
@@ -84,13 +98,14 @@ def mixture_doc(
     streams: list[StreamArg] = args.stream
     sizes = [_sizes(a, i) for a, i in zip(streams, indexes)]
     weights = [a.weight if a.weight is not None else int(s.sum()) for a, s in zip(streams, sizes)]
+    schedule = args.phase or None
 
     from shardstream.sampler.mixture.sampler import MixtureSampler
 
     def sampler(rank: int) -> MixtureSampler:
         m = MixtureSampler(
             sizes,
-            weights,
+            None if schedule else weights,
             args.epoch_size,
             args.world_size,
             rank,
@@ -98,6 +113,7 @@ def mixture_doc(
             args.seed,
             args.drop_last,
             names=[a.name for a in streams],
+            schedule=schedule,
         )
         m.set_epoch(args.epoch)
         return m
@@ -113,7 +129,7 @@ def mixture_doc(
             {
                 "name": a.name,
                 "source": a.source,
-                "weight": weights[k],
+                "weight": None if schedule else weights[k],
                 "num_shards": int(sizes[k].size),
                 "num_records": int(sizes[k].sum()),
                 "records_per_rank": counts[k],
@@ -137,6 +153,12 @@ def mixture_doc(
         "drop_last": args.drop_last,
         "balance": 1.0,  # every rank reads E // R positions
         "mixing": None,
+        "phases": [
+            {"items": int(items), "per_rank": n, "records_per_stream": list(counts)}
+            for items, n, counts in zip(
+                first.phase_items, first.phases.lengths, first.phases.counts
+            )
+        ],
         "per_rank": rows,
     }
 
@@ -160,8 +182,12 @@ def _rank_rows(
         m = sampler(rank)
         shards: set[tuple[int, int]] = set()
         per_stream = [0] * streams
-        for worker in range(args.workers):
-            part = m.worker_part(worker, args.workers)
+        parts = [
+            m.part(lo, hi)
+            for w in range(args.workers)
+            for lo, hi in m.worker_ranges(w, args.workers)
+        ]
+        for part in parts:
             for k, pieces in enumerate(part.pieces):
                 for piece in pieces:
                     plan = piece.plan
