@@ -1,6 +1,6 @@
 """A small pretraining job on shardstream: torchrun, DDP, packed blocks of a token mixture.
 
-    python scripts/pretrain_demo.py        # make two sources, mix them 3:1, 2 ranks x 2 epochs
+    python scripts/pretrain_demo.py        # two sources mixed in 2 phases, 2 ranks x 2 epochs
     torchrun --nproc_per_node=4 scripts/pretrain_demo.py --data s3://bucket/tokens/
     python scripts/pretrain_demo.py --stop-after-steps 30   # "crash" mid-epoch ...
     python scripts/pretrain_demo.py --resume                # ... and continue from the checkpoint
@@ -10,10 +10,12 @@ sources of tokenized documents of 10 to 120 tokens, "prose" and "code", with
 distinguishable token distributions, unless --data names one source) and relaunches itself
 under torchrun with --nproc ranks (gloo on the CPU, NCCL when CUDA is present). Each rank
 trains a bigram model under DistributedDataParallel on blocks of 129 tokens packed from
-the mixture (`Pack("input_ids", 129, eos=0)`; prose:code = 3:1 in tokens, `loader.Stream`
-weights), calls set_epoch every epoch, and every --checkpoint-every steps saves the model,
-the optimizer and the loader's state. Per epoch it prints tokens/s, each stream's tokens,
-the tokens dropped, and checks across ranks and resumes that no token was trained twice.
+the mixture (`Pack("input_ids", 129, eos=0)`) in two phases (`schedule=`: prose:code 5:1
+for three quarters of the epoch, then an annealing quarter at 1:1; 3:1 over the epoch),
+calls set_epoch every epoch, and every --checkpoint-every steps saves the model, the
+optimizer and the loader's state. Per epoch it prints tokens/s, each stream's tokens, the
+tokens dropped, rank 0's blocks of each stream in each phase, and checks across ranks and
+resumes that no token was trained twice.
 
 The generated token ids carry a tag: id = token + VOCAB * n, n unique to each token of the
 data (0 for the eos), and the model sees id % VOCAB. The tags let the job check that every
@@ -51,9 +53,13 @@ VOCAB = 512
 BLOCK = 129  # tokens a block: 128 inputs and their next tokens
 EOS = 0  # the separator after each document (no tag)
 WORK = Path(tempfile.gettempdir()) / "shardstream-demo"
-# the embedded mixture: name -> (shards, blocks, first token, weight, first tag); a source of
+# the embedded mixture: name -> (shards, blocks, first token, first tag); a source of
 # `blocks` blocks holds exactly BLOCK * blocks tokens, eos included
-SOURCES = {"prose": (16, 1512, 1, 3.0, 1), "code": (6, 504, VOCAB // 2, 1.0, 10_000_000)}
+SOURCES = {"prose": (16, 1512, 1, 1), "code": (6, 504, VOCAB // 2, 10_000_000)}
+# its schedule, in blocks of the epoch over all ranks: mostly prose, then an annealing
+# quarter of as much code as prose; the phases add up to each source's blocks, so every
+# token is still trained once an epoch
+SCHEDULE = [(1512, {"prose": 5, "code": 1}), (504, {"prose": 1, "code": 1})]
 
 
 def parse_args() -> argparse.Namespace:
@@ -125,7 +131,7 @@ def make_source(root: Path, shards: int, blocks: int, low: int, first_tag: int) 
 
 def make_mixture(root: Path) -> str:
     """The embedded default: the SOURCES, each in its own folder under `root`."""
-    for name, (shards, blocks, low, _, first_tag) in SOURCES.items():
+    for name, (shards, blocks, low, first_tag) in SOURCES.items():
         make_source(root / name, shards, blocks, low, first_tag)
     return str(root)
 
@@ -138,7 +144,9 @@ def launch(args: argparse.Namespace) -> int:
         "data"
         if args.data
         else "mixture "
-        + " + ".join(f"{n} ({data}/{n}, weight {w[3]:g})" for n, w in SOURCES.items())
+        + " + ".join(f"{n} ({data}/{n})" for n in SOURCES)
+        + ", phases "
+        + ", ".join(f"{e} blocks at {w}" for e, w in SCHEDULE)
     )
     print(f"{what}; launching {args.nproc} ranks with torchrun", flush=True)
     argv = [a for a in sys.argv[1:]]
@@ -192,11 +200,8 @@ class Job:
             "cache_dir": args.cache_dir,
         }
         if args.mixture:
-            streams = [
-                Stream(f"{args.mixture}/{name}", weight=w[3], name=name)
-                for name, w in SOURCES.items()
-            ]
-            self.ds = StreamingDataset(streams, **common)
+            streams = [Stream(f"{args.mixture}/{name}", name=name) for name in SOURCES]
+            self.ds = StreamingDataset(streams, schedule=SCHEDULE, **common)
         else:
             self.ds = StreamingDataset(args.data, storage_options=options, **common)
         self.model = DistributedDataParallel(Bigram().to(self.device))
@@ -252,11 +257,19 @@ class Job:
             self.epoch = epoch
             mine: list[np.ndarray] = []  # this rank's token tags since the last checkpoint
             ran = 0
+            # the phases' ends in this rank's blocks (schedule= cuts the epoch so), and
+            # this rank's blocks of each stream in each phase
+            ends = np.cumsum([e for e, _ in SCHEDULE]) // self.world
+            phase_blocks = np.zeros((len(SCHEDULE), 2), dtype=np.int64)
             t0, loss = time.perf_counter(), float("nan")
             self.ds.reset_stats()  # this epoch's: the loop's time waiting for data, below
             for batch in self.ds.timed(self.loader):
                 loss = self.train_step(batch)
-                ids = batch["input_ids"].numpy().ravel()
+                blocks = batch["input_ids"].numpy()
+                at = self.done * blocks.shape[0] + np.arange(blocks.shape[0])
+                code = (blocks.max(axis=1) // VOCAB >= SOURCES["code"][3]).astype(np.int64)
+                np.add.at(phase_blocks, (np.searchsorted(ends, at, side="right"), code), 1)
+                ids = blocks.ravel()
                 mine.append(ids[ids != EOS] // VOCAB)
                 ran += ids.size
                 self.done, self.step = self.done + 1, self.step + 1
@@ -293,6 +306,12 @@ class Job:
                 )
                 if self.args.cache_dir:
                     print(cache_line(epoch, stats), flush=True)
+                if self.args.mixture:
+                    phases = "; ".join(
+                        f"phase {p + 1}: {n[0]} prose, {n[1]} code"
+                        for p, n in enumerate(phase_blocks.tolist())
+                    )
+                    print(f"epoch {epoch}: rank 0's blocks {phases}", flush=True)
 
 
 def _joined(parts: list[np.ndarray]) -> np.ndarray:

@@ -1,5 +1,5 @@
-"""scripts/pretrain_demo.py: the README's main job (packed blocks of a 3:1 token mixture of
-two sources), its resume, and a rank killed mid-epoch."""
+"""scripts/pretrain_demo.py: the README's main job (packed blocks of a token mixture of two
+sources in two phases, 3:1 over the epoch), its resume, and a rank killed mid-epoch."""
 
 from __future__ import annotations
 
@@ -36,6 +36,9 @@ def test_default_run_two_ranks_two_epochs_of_the_mixture(tmp_path: Path) -> None
         assert tokens == "260,064"  # 2,016 blocks of 129
         assert streams == "(prose 195,048, code 65,016) "  # 3:1 in tokens
         assert dropped == "0" and verdict == ONCE
+    # per rank: 756 blocks at 5:1, then an annealing 252 at 1:1
+    phases = "rank 0's blocks phase 1: 630 prose, 126 code; phase 2: 126 prose, 126 code"
+    assert out.count(phases) == 2
     assert (tmp_path / "ckpt.pt").exists()
     # each epoch says what share of the loop's time went to waiting for data
     assert len(re.findall(r"rank 0 waited for data \d+% of the time\)", out)) == 2
