@@ -71,7 +71,9 @@ class MixtureDataset(MixtureEpochs):
     columns with one kind each (checked here); streams of different formats mix in record
     mode only. `len()`, `set_epoch`, workers, `state_dict` / `consumed_state` /
     `load_state_dict` (also into another number of ranks or workers) work as for one
-    source. Weights changed between runs apply from the epoch after the resumed one.
+    source. `schedule=` gives the epoch phases with weights of their own; a rank's state
+    loaded under another schedule or weights goes on under them from its next item
+    (sampler.mixture.reweight).
     """
 
     def __init__(

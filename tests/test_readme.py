@@ -14,6 +14,7 @@ import subprocess
 import sys
 import warnings
 from pathlib import Path
+from typing import Any
 
 import numpy as np
 import pytest
@@ -204,10 +205,12 @@ def test_the_mixture_recipe_runs(workdir: Path, s3: S3, monkeypatch: pytest.Monk
     monkeypatch.setenv("AWS_ENDPOINT_URL", s3.endpoint_url)  # the standard AWS variable
     (code,) = blocks("### Mixing sources")
     scope = run(code)
-    ds = scope["ds"]
-    assert len(ds) == 1_200_000 // 1024 + 1  # type: ignore[arg-type]
-    batch = next(iter(ds))  # type: ignore[call-overload]
-    assert batch["__stream__"].shape == (1024,)
+    ds: Any = scope["ds"]
+    assert len(ds) == 1_000_000 // 16  # batches of blocks, one rank
+    assert ds.sampler.epoch_phases().lengths == (900_000, 100_000)
+    assert list(ds.sampler.epoch_phases().counts[1]) == [30_000, 70_000]  # web, code
+    batch = next(iter(ds))
+    assert batch["input_ids"].shape == (16, 2049) and batch["__stream__"].shape == (16,)
 
 
 def test_the_resume_recipe_resumes(workdir: Path) -> None:

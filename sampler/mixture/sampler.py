@@ -356,9 +356,8 @@ class MixtureSampler(Sampler[tuple[int, int]]):
         new rank, phase by phase (`Phases.rest`: a phase ends at ``R_old * (B_p - position)
         // R_new``), each apportioned by the counts the old ranks had left of it (largest
         remainder) and stratified on its own. Position then counts from 0, the state's
-        counts are the rest's, so a state saved later resumes, elastically or not, like
-        any other.
-        Nothing is replayed; a pass recut several times keeps each layout in "recut".
+        counts are the rest's, so a state saved later resumes like any other. Nothing is
+        replayed; a pass recut several times keeps each layout in "recut".
         """
         epoch, position, cursors, phases, maps = load_cursors(
             state, self.names, self.num_records, self.drop_last
