@@ -45,13 +45,18 @@ class MixtureEpochs(DatasetBase):
         return self.nodes
 
     def _layout(self, num_workers: int) -> Layout:
-        s, resized = self.sampler, self._resized(self.epoch)
-        root = self._sampler_for(self._root_replicas() if resized else s.num_replicas,
-                                 0 if resized else s.rank, self.epoch)  # fmt: skip
-        ends = root.epoch_phases().bounds  # the epoch's phases, in its plans' positions
+        s = self.sampler
+        ends = self._root_sampler().epoch_phases().bounds  # in the epoch's plans' positions
         return MixLayout(
             s.num_replicas, num_workers, self.batch_size or 0, s.epoch_size, s.drop_last, 0, ends
         )
+
+    def _root_sampler(self) -> MixtureSampler:
+        """A planner of the current epoch in the layout it started in (its phases)."""
+        s, resized = self.sampler, self._resized(self.epoch)
+        if resized:
+            return self._sampler_for(self._root_replicas(), 0, self.epoch)
+        return self._sampler_for(s.num_replicas, s.rank, self.epoch)
 
     def _resized(self, epoch: int) -> bool:
         """Whether `epoch` is one resumed from a state cut for another number of ranks."""
@@ -81,6 +86,25 @@ class MixtureEpochs(DatasetBase):
             return dict(self._resume["streams"])
         self.sampler.set_epoch(self.epoch)
         return dict(self.sampler.state_dict()["streams"])
+
+    def stats(self) -> dict[str, Any]:
+        """As StreamingDataset.stats; with a `schedule`, also "phases": a rank's plan of the
+        current epoch (in the layout it started in), phase by phase: its positions (records,
+        or blocks with `pack`, then also "tokens": blocks x the pack length) and each
+        stream's share of them, by name."""
+        totals = super().stats()
+        phases = self._root_sampler().epoch_phases()
+        if len(self.sampler.schedule) > 1:
+            length = self.packings[0].pack.length if self.packings else None
+            totals["phases"] = [
+                {
+                    "positions": sum(counts),
+                    "per_stream": dict(zip(self.names, counts)),
+                    **({"tokens": sum(counts) * length} if length else {}),
+                }
+                for counts in phases.counts
+            ]
+        return totals
 
     def _mixture_state(self) -> dict[str, Any]:
         """What a mixture's state adds: each stream's cursor at the epoch's start, and the

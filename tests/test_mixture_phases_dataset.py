@@ -195,3 +195,39 @@ def test_a_worker_state_keeps_its_weights_to_the_epoch_end(root: Path) -> None:
     assert ids_of(list(other)) == full[5:]
     other.set_epoch(1)
     assert Counter(stream_of(i) for i in ids_of(list(other))) == Counter(a=30, b=30, c=30)
+
+
+def test_stats_give_each_phase_of_the_plan(root: Path) -> None:
+    ds = phased(root, num_replicas=2, rank=1)
+    assert ds.stats()["phases"] == [
+        {"positions": 30, "per_stream": {"a": 15, "b": 15, "c": 0}},
+        {"positions": 15, "per_stream": {"a": 0, "b": 0, "c": 15}},
+    ]
+    fixed = StreamingDataset([Stream(str(root / n), name=n) for n in "ab"], epoch_size=20)
+    assert "phases" not in fixed.stats()
+
+
+def test_an_elastic_state_under_new_weights_ends_its_epoch_with_the_saved_ones(
+    root: Path,
+) -> None:
+    kw: dict[str, Any] = {"drop_last": True}
+    head: list[int] = []
+    state: dict[str, Any] = {}
+    for rank in range(3):
+        ds = phased(root, num_replicas=3, rank=rank, **kw)
+        head += ids_of(take(ds, 12))
+        state = ds.state_dict()
+    new = [(90, {"a": 1, "b": 1, "c": 1})]
+    rest: list[int] = []
+    for rank in range(2):
+        ds = phased(root, num_replicas=2, rank=rank, schedule=new, **kw)
+        ds.load_state_dict(state)
+        rest += ids_of(list(ds))
+        ds.set_epoch(1)
+        got = Counter(stream_of(i) for i in ids_of(list(ds)))
+        assert got == Counter(a=15, b=15, c=15)  # the new weights from the next epoch
+    # the rest of epoch 0: the saved phases (c only in the last third), exactly once
+    epoch = Counter(stream_of(i) for i in head + rest)
+    assert epoch == Counter(a=30, b=30, c=30)
+    a = [i for i in head + rest if stream_of(i) == "a"]
+    assert len(a) == len(set(a))
