@@ -193,7 +193,7 @@ class Layout:
     def streams(self, base: dict[str, Any] | None) -> Streams:
         """[rank][worker] -> segments of this layout in an epoch resumed from `base`."""
         if base is None:
-            return base_streams(self.length, self.num_replicas, self.num_workers, self.item)
+            return self.fresh_streams()
         old = self.of(base)
         return continue_streams(
             old.streams(base.get("elastic")),
@@ -203,7 +203,16 @@ class Layout:
             self.num_workers,
             self.item,
             self.drop_last,
+            self.phase_ends(),
         )
+
+    def fresh_streams(self) -> Streams:
+        """[rank][worker] -> segments of an epoch not resumed: each worker its own plan."""
+        return base_streams(self.length, self.num_replicas, self.num_workers, self.item)
+
+    def phase_ends(self) -> tuple[int, ...]:
+        """The epoch's phases' ends (a mixture's schedule); () for one phase."""
+        return ()
 
     def root(self, base: dict[str, Any] | None) -> Layout:
         """The layout the epoch started in: segments index its plans."""
@@ -255,18 +264,9 @@ class MixLayout(Layout):
     def length(self) -> int:
         return self.ends[-1] if self.ends else self.num_records // self.num_replicas
 
-    def streams(self, base: dict[str, Any] | None) -> Streams:
-        if base is None:
-            ends = self.ends or (self.length,)
-            return phased_streams(ends, self.num_replicas, self.num_workers, self.item)
-        old = self.of(base)
-        return continue_streams(
-            old.streams(base.get("elastic")),
-            old.item,
-            base["position"],
-            self.num_replicas,
-            self.num_workers,
-            self.item,
-            self.drop_last,
-            self.ends,
-        )
+    def fresh_streams(self) -> Streams:
+        ends = self.ends or (self.length,)
+        return phased_streams(ends, self.num_replicas, self.num_workers, self.item)
+
+    def phase_ends(self) -> tuple[int, ...]:
+        return self.ends
