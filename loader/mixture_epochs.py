@@ -3,6 +3,7 @@ that add each stream's cursor at the epoch's start (see loader.mixture)."""
 
 from __future__ import annotations
 
+import logging
 from typing import Any
 
 from shardstream.sampler import MixtureSampler, Topology
@@ -16,6 +17,8 @@ from .streams import Stream
 from .tokens.packing import Packing
 
 __all__ = ["MixtureEpochs"]
+
+logger = logging.getLogger(__name__)
 
 
 class MixtureEpochs(DatasetBase):
@@ -153,15 +156,29 @@ class MixtureEpochs(DatasetBase):
             self.sampler.load_state_dict(
                 {"epoch": epoch, "position": 0, "streams": state["streams"]}
             )
-            key = checked.get("schedule", self.sampler.schedule_key)
             whole = not is_worker_state(checked) and "elastic" not in checked
-            if key != self.sampler.schedule_key and whole:  # a rank's own state: new weights
+            if self._new_schedule(checked, whole) and whole:  # a rank's own state: reweigh
                 self._reweigh(checked)
             return
+        self._new_schedule(checked, False)
         old = self._sampler_for(replicas, 0, epoch)
         cursors, counts = old.epoch_start(epoch + 1)
         after = {n: cursor_state(c, m) for n, c, m in zip(self.names, cursors, counts)}
         self.sampler.begin_epoch(epoch + 1, after)
+
+    def _new_schedule(self, state: dict[str, Any], now: bool) -> bool:
+        """Whether `state` was saved under another schedule (or weights); unless the rest
+        of its epoch can follow the new one (`now`), say when the new one starts."""
+        key = state.get("schedule", self.sampler.schedule_key)
+        if key != self.sampler.schedule_key and not now:
+            logger.warning(
+                "the state's epoch %d was saved under another schedule (or weights) by a "
+                "job of another layout (or one worker's state): the epoch ends under the "
+                "saved one, and this dataset's applies from epoch %d",
+                state["epoch"],
+                state["epoch"] + 1,
+            )
+        return bool(key != self.sampler.schedule_key)
 
     def _reweigh(self, state: dict[str, Any]) -> None:
         """Go on with `state`'s epoch (loaded into the sampler) under this schedule: the

@@ -231,3 +231,36 @@ def test_an_elastic_state_under_new_weights_ends_its_epoch_with_the_saved_ones(
     assert epoch == Counter(a=30, b=30, c=30)
     a = [i for i in head + rest if stream_of(i) == "a"]
     assert len(a) == len(set(a))
+
+
+def test_new_weights_at_a_checkpoint_over_token_blocks(tmp_path: Path) -> None:
+    """With pack, items are blocks: a state under one schedule resumes under another from
+    its next batch, each stream's blocks of the pass still once."""
+    import pyarrow as pa
+    import pyarrow.parquet as pq
+
+    from shardstream.loader import Pack
+
+    for name, base in (("web", 1), ("code", 100_000)):
+        (tmp_path / name).mkdir()
+        docs = [[base + 10 * d + t for t in range(9)] for d in range(120)]  # 10 tokens a doc
+        pq.write_table(pa.table({"ids": docs}), tmp_path / name / "p.parquet", row_group_size=30)
+
+    def blocks(schedule: list) -> StreamingDataset:
+        streams = [Stream(str(tmp_path / n), name=n) for n in ("web", "code")]
+        return StreamingDataset(
+            streams, pack=Pack("ids", length=20, eos=0), batch_size=2, schedule=schedule
+        )
+
+    ds = blocks([(60, {"web": 1, "code": 1})])
+    head = take(ds, 5)
+    state = json.loads(json.dumps(ds.state_dict()))
+    later = blocks([(40, {"web": 1, "code": 1}), (20, {"code": 1})])
+    later.load_state_dict(state)
+    rest = list(later)
+    assert len(later) == len(rest) == 30 - 5
+    tokens = [t for b in head + rest for t in b["ids"].flatten().tolist() if t]
+    code = [t for b in rest[-10:] for t in b["ids"].flatten().tolist() if t]
+    assert code and all(t >= 100_000 for t in code)  # the last 20 blocks: code only
+    web = [t for t in tokens if t < 100_000]
+    assert len(web) == len(set(web))  # web's first pass (60 blocks): no token twice
