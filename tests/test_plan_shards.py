@@ -312,9 +312,49 @@ def test_pack_simulation_at_scale_never_imports_torch() -> None:
     assert imported == "False"
 
 
+def test_mixture_pack_phases_per_rank_and_stream(
+    capsys: pytest.CaptureFixture[str], tmp_path: Path
+) -> None:
+    """--stream with --pack-length: the blocks and tokens each rank takes of each stream in
+    each phase, what a packing mixture dataset of that schedule plans."""
+    import pyarrow as pa
+    import pyarrow.parquet as pq
+
+    from shardstream.loader import Pack, Stream, StreamingDataset
+
+    for name, docs in (("web", 300), ("code", 100)):
+        (tmp_path / name).mkdir()
+        rows = [list(range(1, 16)) for _ in range(docs)]  # 15 tokens + eos: 16 a document
+        pq.write_table(pa.table({"ids": rows}), tmp_path / name / "p.parquet")
+    streams = ["--stream", f"web={tmp_path / 'web'}", "--stream", f"code={tmp_path / 'code'}"]
+    phases = ["--phase", "200:web=3,code=1", "--phase", "50:code=1"]
+    pack = ["--pack-column", "ids", "--pack-length", "32", "--eos", "0", "--world-size", "2"]
+    doc = run_json(capsys, *streams, *phases, *pack)
+    ds = StreamingDataset(
+        [Stream(str(tmp_path / n), name=n) for n in ("web", "code")],
+        pack=Pack("ids", 32, eos=0),
+        schedule=[(200, {"web": 3, "code": 1}), (50, {"code": 1})],
+        num_replicas=2,
+        rank=1,
+    )
+    assert doc["streams"] == ds.stats()["pack"]
+    assert doc["streams"]["web"]["blocks_per_rank"] == 300 * 16 // 32 // 2
+    assert doc["phases"] == [
+        {"blocks_per_rank": 100, "tokens_per_rank": 3200, "per_stream": {"web": 75, "code": 25}},
+        {"blocks_per_rank": 25, "tokens_per_rank": 800, "per_stream": {"web": 0, "code": 25}},
+    ]
+    assert len(ds) == 125
+    assert main([*streams, *phases, *pack]) == 0
+    assert "           2           25              800            0           25" in (
+        capsys.readouterr().out
+    )
+
+
 @pytest.mark.parametrize(
     ("argv", "message"),
     [
+        (["--stream", "w=simulate:2x3", "--pack-length", "8"], "reads the streams"),
+        (["--stream", "w=x", "--pack-length", "8"], "--pack-column, no simulate:"),
         (["--simulate-shards", "5", "--pack-length", "8"], "needs --tokens-per-document"),
         (["d", "--pack-length", "8"], "needs --pack-column"),
         (["d", "--pack-column", "x"], "need --pack-length"),

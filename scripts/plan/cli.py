@@ -54,7 +54,7 @@ from .args import parse_args
 from .cache import cache_doc, print_cache
 from .load import load_index, load_streams, storage_options
 from .mixture import mixture_doc
-from .pack import pack_doc, print_pack
+from .pack import mixture_pack_doc, pack_doc, print_mixture_pack, print_pack
 from .plot import plot, plot_cache
 from .rank import print_rank, rank_doc, settings, sizes_of
 from .workers import RankRow, WorkerRow, plan_rows, worst_worker
@@ -213,7 +213,7 @@ def shard_bytes(args: argparse.Namespace, index: ShardIndex | None) -> np.ndarra
 def _doc(args: argparse.Namespace) -> dict[str, Any]:
     """The JSON data of what was asked for (indexing the source where there is one)."""
     if args.pack:
-        return pack_doc(args, load_index(args))
+        return mixture_pack_doc(args) if args.stream else pack_doc(args, load_index(args))
     if args.rank is not None:
         return rank_doc(args, load_index(args))
     if args.stream:
@@ -245,7 +245,7 @@ def main(argv: list[str] | None = None) -> int:
     if args.json:
         print(json.dumps(doc))
     elif args.pack:
-        print_pack(doc)
+        (print_mixture_pack if args.stream else print_pack)(doc)
     elif args.rank is not None:
         print_rank(doc)
     elif args.stream:
