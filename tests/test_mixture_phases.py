@@ -9,12 +9,14 @@ from collections import Counter, defaultdict
 from fractions import Fraction
 from typing import Any
 
+import numpy as np
 import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from shardstream.sampler import MixtureSampler
 from shardstream.sampler.mixture.phases import Phases, phase_bounds
+from shardstream.sampler.resume import continue_streams, phased_streams
 
 from .helpers import check_resume
 from .test_mixture_sampler import (
@@ -255,3 +257,47 @@ def test_properties_of_new_weights_at_a_checkpoint(before, after, world, seed, d
         read_all([new], read, range(2, 5))
     read_all([build(r, before) for r in range(world)], read, range(1))
     check_passes(read, SIZES, [world], True)
+
+
+@settings(max_examples=100, deadline=None)
+@given(
+    lengths=st.lists(st.integers(0, 40), min_size=1, max_size=4).filter(lambda x: sum(x) > 0),
+    world=st.integers(1, 4),
+    workers=st.integers(0, 4),
+    item=st.integers(1, 4),
+    data=st.data(),
+)
+def test_worker_layout_delivers_phases_in_order_and_cuts_the_rest_by_phase(
+    lengths, world, workers, item, data
+) -> None:
+    """The layout a mixture's DataLoader workers read (sampler.resume): each worker its part
+    of each phase, so the loader's turns deliver the phases in order (up to one item a
+    worker early); an elastic rest cut phase by phase reads what no rank read, once."""
+    ends = tuple(itertools.accumulate(lengths))
+    streams = phased_streams(ends, world, workers, item)
+    for mine in streams:
+        positions = sorted(x for segs in mine for _, _, a, b in segs for x in range(a, b))
+        assert positions == list(range(ends[-1]))
+        # the DataLoader's turns: one item (item positions) from each worker in turn
+        queues = [[x for _, _, a, b in segs for x in range(a, b)] for segs in mine]
+        items = [[q[i : i + item] for i in range(0, len(q), item)] for q in queues]
+        delivered = [
+            x for turn in itertools.zip_longest(*items, fillvalue=[]) for it in turn for x in it
+        ]
+        phase = [int(np.searchsorted(ends, x, side="right")) for x in delivered]
+        late = sum(1 for i, p in enumerate(phase) if p < max(phase[: i + 1], default=0))
+        assert late <= max(1, workers) * item * len(ends)
+    consumed = data.draw(st.integers(0, -(-ends[-1] // item)))
+    new_world, new_workers = data.draw(st.integers(1, 4)), data.draw(st.integers(0, 3))
+    rest = continue_streams(streams, item, consumed, new_world, new_workers, item, True, ends)
+    read = Counter(
+        (r, x) for mine in rest for segs in mine for r, _, a, b in segs for x in range(a, b)
+    )
+    assert max(read.values(), default=1) == 1  # drop_last: nothing twice
+    for mine in rest:  # each new rank: the same count, phase by phase in each worker
+        assert sum(b - a for segs in mine for *_, a, b in segs) == sum(
+            b - a for segs in rest[0] for *_, a, b in segs
+        )
+        for segs in mine:
+            phases = [int(np.searchsorted(ends, a, side="right")) for *_, a, _ in segs]
+            assert phases == sorted(phases)
