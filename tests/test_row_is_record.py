@@ -14,10 +14,10 @@ from __future__ import annotations
 import os
 from typing import Any
 
+import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
 import pytest
-import torch
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 from torch.utils.data import DataLoader
@@ -127,9 +127,17 @@ def make(data: dict[str, Any], case: dict[str, Any]) -> StreamingDataset:
     return StreamingDataset(streams, epoch_size=case["epoch_size"], **kwargs)
 
 
+def keep(batch: Any) -> Any:
+    """A DataLoader's collate_fn that hands batches on as the dataset made them (torch's
+    default turns numeric numpy arrays into tensors and refuses datetime64 ones)."""
+    return batch
+
+
 def read(ds: StreamingDataset, workers: int) -> list[Any]:
     if workers == 0:
         return list(ds)
+    if getattr(ds, "batch_format", "torch") != "torch":  # numpy, Arrow, pandas: as they are
+        return list(DataLoader(ds, batch_size=None, num_workers=workers, collate_fn=keep))
     return list(DataLoader(ds, batch_size=None, num_workers=workers))
 
 
@@ -170,9 +178,9 @@ def as_arrow(item: Any, batch_format: str) -> pa.RecordBatch:
     known = rowdata.SCHEMA.names  # (tar samples' fields: as pyarrow infers them)
     if batch_format == "pandas":
         columns = {c: item[c] for c in item.columns}
-    else:  # (through a DataLoader, torch's default_convert made numeric arrays tensors)
-        assert all(hasattr(v, "dtype") for v in item.values()), item
-        columns = {k: v.numpy() if isinstance(v, torch.Tensor) else v for k, v in item.items()}
+    else:
+        assert all(isinstance(v, np.ndarray) for v in item.values()), item
+        columns = dict(item)
     arrays = [
         pa.array(v, rowdata.SCHEMA.field(c).type if c in known else None, from_pandas=True)
         for c, v in columns.items()
