@@ -51,7 +51,7 @@ class MixtureEpochs(DatasetBase):
         s = self.sampler
         ends = self._root_sampler().epoch_phases().bounds  # in the epoch's plans' positions
         return MixLayout(
-            s.num_replicas, num_workers, self.batch_size or 0, s.epoch_size, s.drop_last, 0, ends
+            s.num_replicas, num_workers, self.batch_size or 0, s.epoch_size, s.drop_last, ends=ends
         )
 
     def _root_sampler(self) -> MixtureSampler:
@@ -96,8 +96,8 @@ class MixtureEpochs(DatasetBase):
         or blocks with `pack`, then also "tokens": blocks x the pack length) and each
         stream's share of them, by name."""
         totals = super().stats()
-        phases = self._root_sampler().epoch_phases()
         if len(self.sampler.schedule) > 1:
+            phases = self._root_sampler().epoch_phases()
             length = self.packings[0].pack.length if self.packings else None
             totals["phases"] = [
                 {
@@ -114,10 +114,9 @@ class MixtureEpochs(DatasetBase):
         key of the schedule the epoch is read under (an elastic rest: the saved one's)."""
         out: dict[str, Any] = {"streams": self._streams_state()}
         resume = self._resume
-        resumed = resume is not None and resume["epoch"] == self.epoch
-        key = (
-            resume.get("schedule") if resume is not None and resumed else self.sampler.schedule_key
-        )
+        key: int | None = self.sampler.schedule_key
+        if resume is not None and resume["epoch"] == self.epoch:
+            key = resume.get("schedule")
         if key is not None:
             out["schedule"] = key
         return out
@@ -152,33 +151,32 @@ class MixtureEpochs(DatasetBase):
         self._role = None
         self._state.select(checked["epoch"])
         epoch, replicas = checked["epoch"], self._root_replicas()
-        if replicas == self.sampler.num_replicas:
+        same = replicas == self.sampler.num_replicas
+        if same:
             self.sampler.load_state_dict(
                 {"epoch": epoch, "position": 0, "streams": state["streams"]}
             )
-            whole = not is_worker_state(checked) and "elastic" not in checked
-            if self._new_schedule(checked, whole) and whole:  # a rank's own state: reweigh
-                self._reweigh(checked)
+        if self._new_schedule(checked):
+            if same and not is_worker_state(checked) and "elastic" not in checked:
+                self._reweigh(checked)  # a rank's own state: the new weights from here
+                return
+            logger.warning(
+                "the state's epoch %d was saved under another schedule (or weights) by a "
+                "job of another layout (or one worker's state): the epoch ends under the "
+                "saved one, and this dataset's applies from epoch %d",
+                epoch,
+                epoch + 1,
+            )
+        if same:
             return
-        self._new_schedule(checked, False)
         old = self._sampler_for(replicas, 0, epoch)
         cursors, counts = old.epoch_start(epoch + 1)
         after = {n: cursor_state(c, m) for n, c, m in zip(self.names, cursors, counts)}
         self.sampler.begin_epoch(epoch + 1, after)
 
-    def _new_schedule(self, state: dict[str, Any], now: bool) -> bool:
-        """Whether `state` was saved under another schedule (or weights); unless the rest
-        of its epoch can follow the new one (`now`), say when the new one starts."""
-        key = state.get("schedule", self.sampler.schedule_key)
-        if key != self.sampler.schedule_key and not now:
-            logger.warning(
-                "the state's epoch %d was saved under another schedule (or weights) by a "
-                "job of another layout (or one worker's state): the epoch ends under the "
-                "saved one, and this dataset's applies from epoch %d",
-                state["epoch"],
-                state["epoch"] + 1,
-            )
-        return bool(key != self.sampler.schedule_key)
+    def _new_schedule(self, state: dict[str, Any]) -> bool:
+        """Whether `state` was saved under another schedule (or weights) than this one."""
+        return bool(state.get("schedule", self.sampler.schedule_key) != self.sampler.schedule_key)
 
     def _reweigh(self, state: dict[str, Any]) -> None:
         """Go on with `state`'s epoch (loaded into the sampler) under this schedule: the

@@ -257,10 +257,11 @@ class Job:
             self.epoch = epoch
             mine: list[np.ndarray] = []  # this rank's token tags since the last checkpoint
             ran = 0
-            # the phases' ends in this rank's blocks (schedule= cuts the epoch so), and
-            # this rank's blocks of each stream in each phase
-            ends = np.cumsum([e for e, _ in SCHEDULE]) // self.world
-            phase_blocks = np.zeros((len(SCHEDULE), 2), dtype=np.int64)
+            # the phases' ends in this rank's blocks (the plan's, from stats), and this
+            # rank's blocks of each stream in each phase
+            planned = self.ds.stats()["phases"] if self.args.mixture else [{"positions": 0}]
+            ends = np.cumsum([p["positions"] for p in planned])
+            phase_blocks = np.zeros((len(ends), 2), dtype=np.int64)
             t0, loss = time.perf_counter(), float("nan")
             self.ds.reset_stats()  # this epoch's: the loop's time waiting for data, below
             for batch in self.ds.timed(self.loader):
