@@ -259,8 +259,8 @@ class Job:
             ran = 0
             # the phases' ends in this rank's blocks (the plan's, from stats), and this
             # rank's blocks of each stream in each phase
-            planned = self.ds.stats()["phases"] if self.args.mixture else [{"positions": 0}]
-            ends = np.cumsum([p["positions"] for p in planned])
+            planned = self.ds.stats()["phases"] if self.args.mixture else []
+            ends = np.cumsum([p["positions"] for p in planned], dtype=np.int64)
             phase_blocks = np.zeros((len(ends), 2), dtype=np.int64)
             t0, loss = time.perf_counter(), float("nan")
             self.ds.reset_stats()  # this epoch's: the loop's time waiting for data, below
@@ -268,8 +268,9 @@ class Job:
                 loss = self.train_step(batch)
                 blocks = batch["input_ids"].numpy()
                 at = self.done * blocks.shape[0] + np.arange(blocks.shape[0])
-                code = (blocks.max(axis=1) // VOCAB >= SOURCES["code"][3]).astype(np.int64)
-                np.add.at(phase_blocks, (np.searchsorted(ends, at, side="right"), code), 1)
+                if self.args.mixture:
+                    code = (blocks.max(axis=1) // VOCAB >= SOURCES["code"][3]).astype(np.int64)
+                    np.add.at(phase_blocks, (np.searchsorted(ends, at, side="right"), code), 1)
                 ids = blocks.ravel()
                 mine.append(ids[ids != EOS] // VOCAB)
                 ran += ids.size
