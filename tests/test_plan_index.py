@@ -14,8 +14,8 @@ import pytest
 from shardstream.loader import ShardIndex
 from shardstream.loader.index import build as index_build
 from shardstream.loader.index import distributed as index_distributed
-from shardstream.loader.storage import filesystems
-from shardstream.loader.storage.filesystems import list_files
+from shardstream.loader.storage import listing
+from shardstream.loader.storage.listing import list_files
 from shardstream.plan.cli import main
 
 from .datagen import SIZES, write_dataset
@@ -85,7 +85,7 @@ def test_s3_listing_reports_progress_page_by_page(s3: Any, monkeypatch: Any) -> 
     fs.mkdir("lst")
     for i in range(7):
         fs.pipe(f"lst/d/{i:02d}.parquet", b"x")
-    monkeypatch.setattr(filesystems, "LIST_REPORT", 3)
+    monkeypatch.setattr(listing, "LIST_REPORT", 3)
     seen: list[int] = []
     found = list_files("s3://lst/d", s3.storage_options, seen.append)
     assert len(found) == 7 and seen == [3, 6, 7]

@@ -31,14 +31,8 @@ from ..formats import format_for, format_of_url, formats_of_urls, known_suffixes
 from ..formats.partitions import is_hidden
 from ..formats.tar.idx import find_idx, index_from_sidecars
 from ..formats.tar.wids import check_wids, read_wids
-from ..storage.filesystems import (
-    FileEntry,
-    file_entry,
-    filesystem,
-    list_files,
-    redact,
-    strip_credentials,
-)
+from ..storage.filesystems import FileEntry, filesystem, redact, strip_credentials
+from ..storage.listing import file_entry, list_files
 from ..storage.retry import RetryPolicy, retrying
 from ..storage.urls import normalize_url
 from .assemble import assemble

@@ -34,7 +34,8 @@ from ..columns.arrays import numbers
 from ..columns.arrow_numpy import string_scalar, strings
 from ..errors import ShardError
 from ..formats.parquet.local import pooled
-from ..storage.filesystems import file_entry, filesystem, redact
+from ..storage.filesystems import filesystem, redact
+from ..storage.listing import file_entry
 from ..storage.retry import RetryPolicy, read_ranges
 from .table import flags, one_array
 

@@ -48,6 +48,7 @@ from ..formats import Format
 from ..index.shard_index import ShardIndex
 from ..stats import Stats, active, fetch_seconds
 from ..storage.filesystems import filesystem
+from ..storage.ranged_get import S3_CONCURRENCY
 from ..storage.retry import RetryPolicy
 from ..storage.through import reading_shard
 from .budget import DEFAULT_MEMORY_BUDGET, MemoryBudget, budget_of
@@ -192,12 +193,16 @@ class PlanReader:
         return is_local(self.index, self.storage_options)
 
     def _options(self) -> dict[str, Any]:
-        """The storage options, with room for `read_threads` S3 connections unless the
-        caller chose a pool size (s3fs's client keeps 10)."""
-        if not self.index.shards[0].url.startswith(("s3://", "s3a://")):
-            return self.storage_options
+        """The storage options, with room for `read_threads` S3 connections where that is
+        more than the pool loader.storage.s3.s3_defaults gives (S3_CONCURRENCY) and the
+        caller chose no pool size. Otherwise the options as given: the filesystem the
+        index was loaded with is the one that reads (loader.storage.filesystems._shared),
+        not a second client built before the first read."""
         config = dict(self.storage_options.get("config_kwargs") or {})
-        config.setdefault("max_pool_connections", max(10, self.read_threads))
+        url = self.index.shards[0].url
+        if not url.startswith(("s3://", "s3a://")) or self.read_threads <= S3_CONCURRENCY:
+            return self.storage_options
+        config.setdefault("max_pool_connections", self.read_threads)
         return {**self.storage_options, "config_kwargs": config}
 
     def estimate(self, shard_id: int, start: int, stop: int) -> tuple[int, int]:

@@ -1,7 +1,9 @@
 """Storage: reading bytes of shard files, local or remote, and nothing above that.
 
 - `filesystems`: URLs plus storage_options opened through fsspec (local, s3fs, HTTP, ...),
-  listing, sizes and versions, ranged reads (`cat_ranges`), credentials redacted in errors.
+  one instance a store shared by all threads, sizes and versions, ranged reads
+  (`cat_ranges`), credentials redacted in errors.
+- `listing`: the files under a directory, prefix or glob, with sizes and versions.
 - `ranged_get`: ranged GETs over HTTP stores, each answer checked against what was asked.
 - `retry`: bounded, jittered retries of reads (`RetryPolicy`, `read_ranges`).
 - `ranges`: fetched byte ranges as a file a decoder reads, never filled in.

@@ -7,21 +7,20 @@ fsspec's instance cache is per process, so each DataLoader worker gets its own.
 
 from __future__ import annotations
 
-import asyncio
 import os
 import re
-from collections.abc import Callable, Sequence
+from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any, overload
 
-import fsspec
 from fsspec.asyn import sync
 from fsspec.core import split_protocol, url_to_fs
 from fsspec.implementations.local import LocalFileSystem
+from fsspec.utils import tokenize
 
 from ..errors import STALE, StaleIndexError, redact
-from .ranged_get import HTTP_CONCURRENCY, http_ranges, is_http, s3_ranges
-from .store_errors import denied, store_error
+from .ranged_get import http_ranges, is_http, s3_ranges
+from .store_errors import denied
 
 __all__ = [
     "FileEntry",
@@ -33,7 +32,7 @@ __all__ = [
     "filesystem",
     "is_local",
     "is_object_store",
-    "list_files",
+    "is_s3",
     "redact",
     "stale_now",
     "strip_credentials",
@@ -84,11 +83,11 @@ def filesystem(url: str, storage_options: dict[str, Any] | None = None) -> tuple
             from .s3 import S3FileSystem, s3_defaults  # s3fs is imported for S3 URLs only
 
             options = {**S3FileSystem._get_kwargs_from_urls(url), **s3_defaults(storage_options)}
-            s3 = S3FileSystem(**options)
+            s3 = _shared(S3FileSystem, options)
             return s3, str(s3._strip_protocol(url))
         if protocol in GCS_PROTOCOLS or protocol in AZURE_PROTOCOLS:
             cls = _store_class(protocol)
-            store = cls(**{**cls._get_kwargs_from_urls(url), **(storage_options or {})})
+            store = _shared(cls, {**cls._get_kwargs_from_urls(url), **(storage_options or {})})
             return store, str(store._strip_protocol(url))
         fs, path = url_to_fs(url, **(storage_options or {}))
     except ImportError as e:
@@ -99,6 +98,24 @@ def filesystem(url: str, storage_options: dict[str, Any] | None = None) -> tuple
     except ValueError as e:
         raise ValueError(f"cannot open {redact(url)}: {redact(str(e))}") from e
     return fs, str(path)
+
+
+def _shared(cls: Any, options: dict[str, Any]) -> Any:
+    """One instance of an object store's filesystem per process and options, whichever
+    thread asks. fsspec's instance cache is per thread (its token holds the thread id), so
+    each reader thread would build its own client: for s3fs a botocore client, about 0.3 s
+    of CPU with the GIL held (its service models loaded) before the first request, and a
+    connection pool of its own. These filesystems are async ones on fsspec's one IO loop,
+    driven through `sync`, so one instance serves every thread. The entry lives in fsspec's
+    cache dict, so ``clear_instance_cache()`` drops it too; the pid in the key gives a
+    forked DataLoader worker its own."""
+    if options.get("skip_instance_cache") or options.get("asynchronous"):
+        return cls(**options)
+    key = ("shardstream", os.getpid(), tokenize(cls, options))
+    found = cls._cache.get(key)
+    if found is None:
+        found = cls._cache.setdefault(key, cls(**options))
+    return found
 
 
 def _store_class(protocol: str) -> Any:
@@ -213,14 +230,14 @@ def _protocols(fs: Any) -> set[str]:
     return set(fs.protocol if isinstance(fs.protocol, tuple | list) else (fs.protocol,))
 
 
-def _is_s3(fs: Any) -> bool:
+def is_s3(fs: Any) -> bool:
     return bool({"s3", "s3a"} & _protocols(fs))
 
 
 def _store_reads(fs: Any) -> Any:
     """The object store's checked ranged reads for `fs` (S3, GCS, Azure), each a coroutine
     function of (fs, urls, paths, starts, ends, indexed); None for other filesystems."""
-    if _is_s3(fs):
+    if is_s3(fs):
         return s3_ranges
     if set(GCS_PROTOCOLS) & _protocols(fs):
         from .gcs import gcs_ranges
@@ -281,119 +298,3 @@ def cat_ranges(
             if error is not None:
                 got[i] = error
     return got
-
-
-def _root(path: str) -> str:
-    """The directory a glob's matches lie under (the part before its first magic char)."""
-    magic = min((i for i, c in enumerate(path) if c in "*?["), default=len(path))
-    return path[:magic].rsplit("/", 1)[0] if "/" in path[:magic] else ""
-
-
-LIST_REPORT = 1000  # an S3 listing page: progress is reported every this many files
-
-
-def _find(fs: Any, path: str, progress: Callable[[int], None] | None) -> list[dict[str, Any]]:
-    """Every file below `path` as fsspec info dicts. On S3 with `progress`, the listing is
-    read page by page (s3fs's own paginated listing, as its ``find`` reads it) and
-    `progress(files listed so far)` called after each page: a prefix of 1,000,000 keys is
-    1,000 LIST requests, one after another."""
-    if progress is None or not _is_s3(fs) or not hasattr(fs, "_iterdir"):
-        infos = list(fs.find(path, detail=True).values())
-        if progress is not None:
-            progress(len(infos))
-        return infos
-    bucket, key, _ = fs.split_path(path)
-    prefix = key.rstrip("/") + "/" if key else ""
-
-    async def pages() -> list[dict[str, Any]]:
-        found: list[dict[str, Any]] = []
-        async for info in fs._iterdir(bucket, delimiter="", prefix=prefix):
-            found.append(info)
-            if len(found) % LIST_REPORT == 0:
-                progress(len(found))
-        return found
-
-    found: list[dict[str, Any]] = sync(fs.loop, pages)
-    progress(len(found))
-    return found
-
-
-def list_files(
-    url: str,
-    storage_options: dict[str, Any] | None = None,
-    progress: Callable[[int], None] | None = None,
-) -> list[FileEntry]:
-    """Files under a directory or prefix (recursively), matching a glob, or the file itself,
-    sorted by path. URLs are as the source names them: the source, then the path below
-    it. Raises FileNotFoundError naming the URL when nothing is there. `progress(n)` is
-    told how many files were listed so far (per page on S3)."""
-    fs, path = filesystem(url, storage_options)
-    fs.invalidate_cache(path)  # s3fs keeps listings: a new index must see the bucket now
-    try:
-        if fsspec.core.has_magic(path):
-            infos = list(fs.glob(path, detail=True).values())
-            root, given = _root(path), _root(url)
-        elif fs.isdir(path):
-            infos = _find(fs, path, progress)
-            root, given = path.rstrip("/"), url.rstrip("/")
-        else:
-            return [file_entry(url, storage_options)]
-    except FileNotFoundError:
-        raise FileNotFoundError(f"{redact(url)}: no such file, directory or prefix") from None
-    except PermissionError as e:
-        raise denied(url, e) from None
-    except Exception as e:
-        known = store_error(url, e)
-        if known is None:
-            raise
-        raise known from None
-    entries = []
-    for info in _sized(fs, [i for i in infos if i.get("type", "file") == "file"]):
-        name = fs._strip_protocol(info["name"])
-        rel = name[len(root) :].lstrip("/") if name.startswith(root) else name
-        shown = f"{given}/{rel}" if given else rel
-        entries.append(FileEntry(shown, int(info["size"]), version_of(fs, info), rel))
-    return sorted(entries, key=lambda e: e.relpath)
-
-
-def _sized(fs: Any, infos: list[dict[str, Any]]) -> list[dict[str, Any]]:
-    """The infos, each with its size and version: an HTTP listing (links on an index page)
-    gives neither, so each file's are asked (a HEAD each, concurrently)."""
-    if not infos or not is_http(fs):
-        return infos
-
-    async def all_infos() -> list[dict[str, Any]]:
-        gate = asyncio.Semaphore(HTTP_CONCURRENCY)
-
-        async def one(info: dict[str, Any]) -> dict[str, Any]:
-            async with gate:
-                got: dict[str, Any] = await fs._info(info["name"])
-            if got.get("size") is None:
-                raise ValueError(
-                    f"{redact(info['name'])}: the server gives no size for this file "
-                    "(no Content-Length): shardstream needs it to read by ranges"
-                )
-            return {**info, **got, "name": info["name"]}
-
-        return list(await asyncio.gather(*(one(i) for i in infos)))
-
-    out: list[dict[str, Any]] = sync(fs.loop, all_infos)
-    return out
-
-
-def file_entry(url: str, storage_options: dict[str, Any] | None = None) -> FileEntry:
-    """Size and version of one file named by the user (its URL as given, no relpath);
-    FileNotFoundError naming it when missing."""
-    fs, path = filesystem(url, storage_options)
-    fs.invalidate_cache(path)
-    try:
-        return entry_of(fs, fs.info(path), url)
-    except FileNotFoundError:
-        raise FileNotFoundError(f"{redact(url)}: shard not found") from None
-    except PermissionError as e:
-        raise denied(url, e) from None
-    except Exception as e:
-        known = store_error(url, e)
-        if known is None:
-            raise
-        raise known from None

@@ -24,11 +24,11 @@ import pyarrow.parquet as pq
 from shardstream.loader.formats import format_for
 from shardstream.loader.storage.filesystems import (
     FileEntry,
-    file_entry,
     filesystem,
     is_local,
     redact,
 )
+from shardstream.loader.storage.listing import file_entry
 
 from .layout import Layout, mapped_batches
 from .sources import Source, locate, unit_pieces

@@ -32,14 +32,8 @@ from fsspec.core import has_magic
 from shardstream.loader.formats import Format, format_for
 from shardstream.loader.formats.partitions import is_hidden
 from shardstream.loader.index.shard_index import ShardIndex
-from shardstream.loader.storage.filesystems import (
-    FileEntry,
-    as_url,
-    file_entry,
-    filesystem,
-    list_files,
-    redact,
-)
+from shardstream.loader.storage.filesystems import FileEntry, as_url, filesystem, redact
+from shardstream.loader.storage.listing import file_entry, list_files
 
 __all__ = [
     "TEXT_SUFFIXES",

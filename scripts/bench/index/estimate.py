@@ -83,7 +83,7 @@ def estimate(dist_rows: list[dict[str, Any]], args: argparse.Namespace) -> dict[
 
 def list_cost() -> float:
     """Seconds per 1,000-key LIST page on the local moto server (10,000 keys)."""
-    from shardstream.loader.storage.filesystems import list_files
+    from shardstream.loader.storage.listing import list_files
 
     with s3_server() as (url, s3):
         s3.pipe({f"{BUCKET}/l/{i:06d}.parquet": b"x" for i in range(10_000)})

@@ -1,0 +1,148 @@
+"""Listing: the files under a directory, prefix or glob, with their sizes and versions
+(one page of an S3 listing at a time, a HEAD each where an HTTP listing gives no size),
+and the size and version of one file named by the user."""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import Callable
+from typing import Any
+
+import fsspec
+from fsspec.asyn import sync
+
+from .filesystems import (
+    FileEntry,
+    entry_of,
+    filesystem,
+    is_object_store,
+    is_s3,
+    redact,
+    version_of,
+)
+from .ranged_get import HTTP_CONCURRENCY, is_http
+from .store_errors import denied, store_error
+
+__all__ = ["LIST_REPORT", "file_entry", "list_files"]
+
+
+def _root(path: str) -> str:
+    """The directory a glob's matches lie under (the part before its first magic char)."""
+    magic = min((i for i, c in enumerate(path) if c in "*?["), default=len(path))
+    return path[:magic].rsplit("/", 1)[0] if "/" in path[:magic] else ""
+
+
+LIST_REPORT = 1000  # an S3 listing page: progress is reported every this many files
+
+
+def _find(fs: Any, path: str, progress: Callable[[int], None] | None) -> list[dict[str, Any]]:
+    """Every file below `path` as fsspec info dicts. On S3 with `progress`, the listing is
+    read page by page (s3fs's own paginated listing, as its ``find`` reads it) and
+    `progress(files listed so far)` called after each page: a prefix of 1,000,000 keys is
+    1,000 LIST requests, one after another."""
+    if progress is None or not is_s3(fs) or not hasattr(fs, "_iterdir"):
+        infos = list(fs.find(path, detail=True).values())
+        if progress is not None:
+            progress(len(infos))
+        return infos
+    bucket, key, _ = fs.split_path(path)
+    prefix = key.rstrip("/") + "/" if key else ""
+
+    async def pages() -> list[dict[str, Any]]:
+        found: list[dict[str, Any]] = []
+        async for info in fs._iterdir(bucket, delimiter="", prefix=prefix):
+            found.append(info)
+            if len(found) % LIST_REPORT == 0:
+                progress(len(found))
+        return found
+
+    found: list[dict[str, Any]] = sync(fs.loop, pages)
+    progress(len(found))
+    return found
+
+
+def list_files(
+    url: str,
+    storage_options: dict[str, Any] | None = None,
+    progress: Callable[[int], None] | None = None,
+) -> list[FileEntry]:
+    """Files under a directory or prefix (recursively), matching a glob, or the file itself,
+    sorted by path. URLs are as the source names them: the source, then the path below
+    it. Raises FileNotFoundError naming the URL when nothing is there. `progress(n)` is
+    told how many files were listed so far (per page on S3)."""
+    fs, path = filesystem(url, storage_options)
+    fs.invalidate_cache(path)  # s3fs keeps listings: a new index must see the bucket now
+    try:
+        if fsspec.core.has_magic(path):
+            infos = list(fs.glob(path, detail=True).values())
+            root, given = _root(path), _root(url)
+        elif is_object_store(fs):  # list at once: an isdir first is one more round trip
+            infos = _find(fs, path, progress)
+            names = [fs._strip_protocol(i["name"]).rstrip("/") for i in infos]
+            if not infos or names == [path.rstrip("/")]:  # none below it: a file, or nothing
+                return [file_entry(url, storage_options)]
+            root, given = path.rstrip("/"), url.rstrip("/")
+        elif fs.isdir(path):
+            infos = _find(fs, path, progress)
+            root, given = path.rstrip("/"), url.rstrip("/")
+        else:
+            return [file_entry(url, storage_options)]
+    except FileNotFoundError:
+        raise FileNotFoundError(f"{redact(url)}: no such file, directory or prefix") from None
+    except PermissionError as e:
+        raise denied(url, e) from None
+    except Exception as e:
+        known = store_error(url, e)
+        if known is None:
+            raise
+        raise known from None
+    entries = []
+    for info in _sized(fs, [i for i in infos if i.get("type", "file") == "file"]):
+        name = fs._strip_protocol(info["name"])
+        rel = name[len(root) :].lstrip("/") if name.startswith(root) else name
+        shown = f"{given}/{rel}" if given else rel
+        entries.append(FileEntry(shown, int(info["size"]), version_of(fs, info), rel))
+    return sorted(entries, key=lambda e: e.relpath)
+
+
+def _sized(fs: Any, infos: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    """The infos, each with its size and version: an HTTP listing (links on an index page)
+    gives neither, so each file's are asked (a HEAD each, concurrently)."""
+    if not infos or not is_http(fs):
+        return infos
+
+    async def all_infos() -> list[dict[str, Any]]:
+        gate = asyncio.Semaphore(HTTP_CONCURRENCY)
+
+        async def one(info: dict[str, Any]) -> dict[str, Any]:
+            async with gate:
+                got: dict[str, Any] = await fs._info(info["name"])
+            if got.get("size") is None:
+                raise ValueError(
+                    f"{redact(info['name'])}: the server gives no size for this file "
+                    "(no Content-Length): shardstream needs it to read by ranges"
+                )
+            return {**info, **got, "name": info["name"]}
+
+        return list(await asyncio.gather(*(one(i) for i in infos)))
+
+    out: list[dict[str, Any]] = sync(fs.loop, all_infos)
+    return out
+
+
+def file_entry(url: str, storage_options: dict[str, Any] | None = None) -> FileEntry:
+    """Size and version of one file named by the user (its URL as given, no relpath);
+    FileNotFoundError naming it when missing."""
+    fs, path = filesystem(url, storage_options)
+    fs.invalidate_cache(path)
+    try:
+        return entry_of(fs, fs.info(path), url)
+    except FileNotFoundError:
+        raise FileNotFoundError(f"{redact(url)}: shard not found") from None
+    except PermissionError as e:
+        raise denied(url, e) from None
+    except Exception as e:
+        known = store_error(url, e)
+        if known is None:
+            raise
+        raise known from None
