@@ -1,7 +1,7 @@
 """An index saved beside the shards it indexes, as ``shardstream.write_shards`` leaves it:
 ``FOLDER/_shardstream.index.arrow`` (a hidden name: listings skip it), an Arrow index
 (loader.index.saved) whose URLs are relative to its folder, so the folder can be moved
-or copied to another store whole. ``StreamingDataset(FOLDER)`` finds it (`find_beside`:
+or copied to another store whole. ``StreamingDataset(FOLDER)`` finds it (`fetch_beside`:
 one request) and lists nothing and reads no footer; each shard's size and version are in
 it, and every read checks them (a shard rewritten since is a StaleIndexError naming it).
 """
@@ -22,7 +22,7 @@ from .manifest import is_manifest
 from .saved import write_index
 from .urls import table_urls, with_base
 
-__all__ = ["INDEX_NAME", "find_beside", "relocated", "save_beside"]
+__all__ = ["INDEX_NAME", "fetch_beside", "relocated", "save_beside"]
 
 log = logging.getLogger(__name__)
 
@@ -71,10 +71,15 @@ def relocated(table: pa.Table, meta: dict[str, Any], url: str) -> pa.Table:
     return table
 
 
-def find_beside(source: object, storage_options: dict[str, Any] | None) -> str | None:
-    """The URL of the index beside the shards of `source` where it is a folder or prefix
-    holding one; None otherwise (a file, glob, list, manifest or saved index, or a folder
-    without one). One request (a HEAD on object stores)."""
+def fetch_beside(
+    source: object, storage_options: dict[str, Any] | None
+) -> tuple[str, bytes | None] | None:
+    """(URL, bytes) of the index beside the shards of `source` where it is a folder or
+    prefix holding one; None otherwise (a file, glob, list, manifest or saved index, or a
+    folder without one). The bytes are None for a local file (loaded memory-mapped). On
+    object stores one ranged GET, which is also the load: a HEAD (s3fs's info, which lists
+    the prefix as well when nothing is there) and a GET after it would be three round trips
+    in line."""
     if not isinstance(source, str) or fsspec.core.has_magic(source) or is_manifest(source):
         return None
     if format_of_url(source) or source.lower().endswith((".json", ".arrow")):
@@ -82,10 +87,8 @@ def find_beside(source: object, storage_options: dict[str, Any] | None) -> str |
     url = f"{source.rstrip('/')}/{INDEX_NAME}"
     fs, path = filesystem(url, storage_options)
     if is_local(fs):
-        return url if os.path.isfile(path) else None
+        return (url, None) if os.path.isfile(path) else None
     try:
-        fs.invalidate_cache(path)
-        info = fs.info(path)
+        return url, fs.cat_file(path, start=0)
     except Exception:  # none there, or the store refuses: the build that follows names why
         return None
-    return url if info.get("type", "file") == "file" else None

@@ -35,7 +35,7 @@ from ..errors import ShardError, StaleIndexError, StaleSidecarError
 from ..storage.filesystems import filesystem
 from ..storage.retry import RetryPolicy
 from .assemble import assemble_rows, from_ipc, scanned_rows, to_ipc
-from .beside import find_beside
+from .beside import fetch_beside
 from .build import SCAN_BATCH, Listing, discover, scan, shares
 from .shard_index import INDEX_SUFFIXES, ShardIndex
 
@@ -218,16 +218,24 @@ def _connect(source: str | Sequence[str], storage_options: dict[str, Any] | None
 
 def _broadcast_saved(source: str, storage_options: dict[str, Any] | None) -> ShardIndex:
     """A saved index: rank 0 reads it, the others get it from rank 0 (one read, not R)."""
+    index = _on_rank_0(lambda: ShardIndex.load(source, storage_options), "the saved index")
+    if index is None:  # (load returns an index or raises)
+        raise RuntimeError(f"{source}: no index loaded")
+    return index
+
+
+def _on_rank_0(load: Callable[[], ShardIndex | None], what: str) -> ShardIndex | None:
+    """`load()` on rank 0, broadcast to every rank; its error raised on every rank."""
     box: list[Any] = [None]
     if dist.get_rank() == 0:
         try:
-            box[0] = ShardIndex.load(source, storage_options)  # pickles as its arrays
+            box[0] = load()  # pickles as its arrays
         except Exception as e:
-            box[0] = Failure.of(e, "on rank 0, loading the saved index")
+            box[0] = Failure.of(e, f"on rank 0, loading {what}")
     dist.broadcast_object_list(box, src=0)
     if isinstance(box[0], Failure):
         raise box[0].error()
-    index: ShardIndex = box[0]
+    index: ShardIndex | None = box[0]
     return index
 
 
@@ -245,24 +253,19 @@ def shared_index(
         return ShardIndex.resolve(source)  # raises the same ValueError on every rank
     if isinstance(source, str) and source.endswith(INDEX_SUFFIXES):
         return _broadcast_saved(source, storage_options)
-    beside = _beside_on_rank_0(source, storage_options)
-    if beside is not None:
-        return _broadcast_saved(beside, storage_options)
-    return build_distributed(source, storage_options, retry)
+    beside = _on_rank_0(lambda: _beside(source, storage_options), "the index beside the shards")
+    return beside if beside is not None else build_distributed(source, storage_options, retry)
 
 
-def _beside_on_rank_0(source: Any, storage_options: dict[str, Any] | None) -> str | None:
+def _beside(source: Any, storage_options: dict[str, Any] | None) -> ShardIndex | None:
     """The index saved beside the shards of `source` (loader.index.beside), as rank 0
-    finds it (one request, not R), or None."""
-    box: list[Any] = [None]
-    if dist.get_rank() == 0:
-        try:
-            box[0] = find_beside(source, storage_options)
-        except Exception as e:  # the build that follows names what is wrong
-            log.debug("looking for an index beside %s: %s", source, e)
-    dist.broadcast_object_list(box, src=0)
-    found: str | None = box[0]
-    return found
+    finds and loads it (one request), or None."""
+    try:
+        found = fetch_beside(source, storage_options)
+    except Exception as e:  # the build that follows names what is wrong
+        log.debug("looking for an index beside %s: %s", source, e)
+        return None
+    return None if found is None else ShardIndex.load(found[0], storage_options, found[1])
 
 
 def build_parallel(

@@ -22,15 +22,15 @@ from ..storage.filesystems import (
     FileEntry,
     UrlOrPath,
     as_url,
-    file_entry,
     filesystem,
     is_local,
     redact,
     stale_reason,
     strip_credentials,
 )
+from ..storage.listing import file_entry
 from ..storage.retry import RetryPolicy
-from .beside import find_beside, relocated
+from .beside import fetch_beside, relocated
 from .build import assemble, discover, scan
 from .hf import check_hf_rows, hf_files
 from .listing import Listing
@@ -311,18 +311,26 @@ class ShardIndex:
             write_index(f, self, table, compress=not is_local(fs))
 
     @classmethod
-    def load(cls, url: UrlOrPath, storage_options: dict[str, Any] | None = None) -> ShardIndex:
-        """A saved index: an Arrow IPC one (memory-mapped when local) or a JSON one."""
+    def load(
+        cls, url: UrlOrPath, storage_options: dict[str, Any] | None = None, data: Any = None
+    ) -> ShardIndex:
+        """A saved index: an Arrow IPC one (memory-mapped when local) or a JSON one.
+        `data`: its bytes where they were fetched already (loader.index.beside)."""
         url = as_url(url)
         fs, path = filesystem(url, storage_options)
         try:
-            with fs.open(path, "rb") as f:
-                arrow = f.read(len(ARROW_MAGIC)) == ARROW_MAGIC
-                data = f.read() if arrow and not is_local(fs) else None
+            if data is not None:
+                arrow = bytes(data[: len(ARROW_MAGIC)]) == ARROW_MAGIC
+            elif is_local(fs):
+                with fs.open(path, "rb") as f:
+                    arrow, data = f.read(len(ARROW_MAGIC)) == ARROW_MAGIC, None
+            else:  # one ranged GET: a whole-object cat_file (or open) asks the size first
+                data = fs.cat_file(path, start=0)
+                arrow = data.startswith(ARROW_MAGIC)
         except FileNotFoundError:
             raise FileNotFoundError(f"{redact(url)}: no saved index there") from None
         if arrow:
-            source = pa.memory_map(path) if data is None else pa.py_buffer(ARROW_MAGIC + data)
+            source = pa.memory_map(path) if data is None else pa.py_buffer(data)
             table, meta = read_table(source, url)
             if meta.get("urls") == "relative":  # beside its shards (loader.index.beside)
                 table = relocated(table, meta, url)
@@ -334,8 +342,7 @@ class ShardIndex:
                 format=meta.get("format"),
             )
         try:
-            with fs.open(path, "r") as f:
-                doc = json.load(f)
+            doc = json.loads(data if data is not None else fs.cat_file(path))
         except (json.JSONDecodeError, UnicodeDecodeError) as e:
             raise ValueError(f"{redact(url)}: not a shardstream index ({e})") from e
         if isinstance(doc, dict) and "shardlist" in doc:
@@ -383,9 +390,10 @@ class ShardIndex:
             index = cls.build(files, None, progress, retry)
             check_hf_rows(source, index.columns_schema(None).names, index.num_records)
             return index
-        saved = source if str(source).endswith(INDEX_SUFFIXES) else None
-        if saved := saved or find_beside(source, storage_options):  # (loader.index.beside)
-            return cls.load(saved, storage_options)
+        if str(source).endswith(INDEX_SUFFIXES):
+            return cls.load(source, storage_options)
+        if beside := fetch_beside(source, storage_options):  # (loader.index.beside)
+            return cls.load(beside[0], storage_options, beside[1])
         if isinstance(source, str | list | tuple):
             return cls.build(source, storage_options, progress, retry)
         kind = type(source).__name__
