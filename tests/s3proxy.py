@@ -100,6 +100,8 @@ class CountingProxy:
         self.get_headers: list[dict[str, str]] = []  # the headers of each GET, in order
         self.gets: list[tuple[str, str | None]] = []  # (path, Range header) of each GET
         self.faulted: list[tuple[str, str]] = []  # (fault, path) of each injected fault
+        # (method, path, Range, arrived, answered: time.monotonic()) of each answered request
+        self.timeline: list[tuple[str, str, str | None, float, float]] = []
         self._lock = threading.Lock()
         self._connections: set[socket.socket] = set()  # open client connections
         proxy = self
@@ -121,6 +123,7 @@ class CountingProxy:
                 super().finish()
 
             def _forward(self) -> None:
+                arrived = time.monotonic()
                 length = int(self.headers.get("Content-Length") or 0)
                 body = self.rfile.read(length) if length else None
                 fault = proxy._draw() if self.command == "GET" else None
@@ -166,6 +169,8 @@ class CountingProxy:
                     n = len(data) if self.command == "GET" else 0
                     proxy.bytes_served += n
                     proxy.requests.append((self.command, self.path, n))
+                    rng = headers.get("Range") or headers.get("range")
+                    proxy.timeline.append((self.command, self.path, rng, arrived, time.monotonic()))
 
             def _answer(
                 self,
@@ -212,6 +217,17 @@ class CountingProxy:
         a bucket with ``list-type=2``, which s3fs lists with)."""
         with self._lock:
             return sum(n for m, p, n in self.requests if m == "GET" and "list-type=" not in p)
+
+    def in_line(self, since: float = 0.0, until: float = float("inf")) -> int:
+        """How many of the requests that arrived in [since, until] stood in line: the
+        longest chain of them in which each arrived after the one before was answered."""
+        with self._lock:
+            spans = sorted((a, b) for _, _, _, a, b in self.timeline if since <= a <= until)
+        depth: list[tuple[float, int]] = []  # (answered, chain length ending there)
+        for arrived, answered in spans:
+            before = max((d for end, d in depth if end <= arrived), default=0)
+            depth.append((answered, before + 1))
+        return max((d for _, d in depth), default=0)
 
     def _edit_range(self, headers: dict[str, str]) -> bool:
         """The Range header as `faults.range_edit` says: dropped, halved or shifted
