@@ -22,7 +22,7 @@ from shardstream.sampler.checks import IntLike, as_int
 
 from . import peek
 from .cache.locality import NodeOptions
-from .cursor import Cursor
+from .cursor import Cursor, first_noted
 from .epoch import EpochState
 from .formats import Format, format_for
 from .formats.tar.decode import DecodeSpec, make_decoder
@@ -39,6 +39,7 @@ from .ranks import Ranks
 from .state import Layout, check_state, rank_state
 from .stats import LoaderStats, Stats
 from .storage.retry import RetryPolicy
+from .storage.trips import Window
 from .tokens.packing import Packing
 
 __all__ = ["RECORD_STEP", "DatasetBase", "init_signature"]
@@ -118,6 +119,8 @@ class DatasetBase(IterableDataset[Any]):
         self._cursor = Cursor()  # items handed out in this epoch, in this process
         self._resume: dict[str, Any] | None = None  # the loaded state, until another epoch
         self._role: int | None = None  # which worker's part this worker reads (loader.state)
+        if self._building is not None:  # the construction ends here
+            self._built, self._building = self._building.close(), None
 
     def _read_options(
         self,
@@ -135,6 +138,8 @@ class DatasetBase(IterableDataset[Any]):
     ) -> None:
         """The options every source of a dataset is read with, checked (ValueError or
         TypeError naming the value) before any storage is touched."""
+        # the construction's storage requests from here on (loader.storage.trips), for stats()
+        self._building: Window | None = Window()
         self.batch_size = check_positive("batch_size", batch_size)
         self.read_threads = check_positive("read_threads", read_threads) or 1
         self.memory_budget, self.prefetch = budget_args(memory_budget, prefetch)
@@ -183,6 +188,8 @@ class DatasetBase(IterableDataset[Any]):
         reader threads), wait_s (the reading thread waiting for a group), consumer_wait_s /
         consumer_wall_s and their ratio `stall_fraction` (None unless a consumer was timed:
         ``ds.timed(loader)``, or iterating the dataset without workers), peak_held_bytes;
+        first_requests / first_in_line / first_item_s (a reader's storage requests before
+        its first item, the construction's too; how many stood in line; its seconds, most);
         with `pack`, "pack": the epoch's tokens and documents, blocks each rank makes and
         tokens_dropped (in no rank's block; a mixture: per stream name, of one pass); with
         a cache_dir, cache_hit_bytes (served from the node cache, not counted in
@@ -370,6 +377,8 @@ class DatasetBase(IterableDataset[Any]):
         out by chain's C loop straight from each list's iterator. `records`: what this
         worker's part holds (whole, before any skip), in items of `item` records."""
         first = worker == 0  # the main process or worker 0: logs, marks the pass finished
+        built, self._built = self._built, (0, 0)  # the construction's: in one pass only
+        deliveries = first_noted(deliveries, stats, Window(), built)
         self._state.begin(in_worker, first, self.sampler.shuffle)
         log = (lambda: self._stats.maybe_log(self.log_every)) if first and self.log_every else None
         handed = self._cursor.hand_out(

@@ -4,7 +4,8 @@ in the epoch, in this process, and the hand-out loop that counts them.
 The count must be exact even when the consumer stops in the middle of a list of records
 (a resume state is taken there), and the hand-out must run no Python code per item (it is
 the hot path of record mode): each delivery is a list whose own iterator is handed to
-``itertools.chain``, and the list iterator tells how many it still holds.
+``itertools.chain``, and the list iterator tells how many it still holds. `first_noted`
+counts the storage requests made before a pass's first delivery.
 """
 
 from __future__ import annotations
@@ -14,9 +15,10 @@ from collections.abc import Callable, Iterator, Mapping, Sized
 from operator import length_hint
 from typing import Any
 
-from .stats import FIELDS
+from .stats import FIELDS, Stats
+from .storage.trips import Window
 
-__all__ = ["Cursor", "rows_of"]
+__all__ = ["Cursor", "first_noted", "rows_of"]
 
 _WAIT, _WALL, _RECORDS = (
     FIELDS.index(f) for f in ("consumer_wait_s", "consumer_wall_s", "records")
@@ -120,3 +122,20 @@ class Cursor:
             if self.position == total:
                 done()
             yield record
+
+
+def first_noted(
+    deliveries: Iterator[Any], stats: Stats, window: Window, built: tuple[int, int]
+) -> Iterator[Any]:
+    """The deliveries; at the first, the storage requests made before it go into `stats`
+    (loader.storage.trips): those `window` saw since the pass began, plus `built` (the
+    dataset's construction's: requests, in line)."""
+    for item in deliveries:
+        n, line = window.close()
+        stats.add("first_requests", built[0] + n)
+        stats.add("first_in_line", built[1] + line)
+        stats.add("first_item_s", time.monotonic() - window.start)
+        yield item
+        break
+    window.close()
+    yield from deliveries

@@ -9,7 +9,9 @@ Counted: records yielded, shard bytes fetched, storage requests and retries; sec
 fetching (in storage calls, summed over reader threads), decoding (reading Parquet or tar
 into memory, minus the fetching in it; local Parquet reads count as decoding: pyarrow
 reads and decodes in one call), waiting (the consuming thread blocked on a read not done
-yet); and, where the consumer is timed (`timed`, or iterating without workers), the
+yet); before a reader's first item, the storage requests it (and the dataset's
+construction) made, how many of them stood in line, and the seconds it took; and, where
+the consumer is timed (`timed`, or iterating without workers), the
 seconds the consumer spent waiting for the loader against its wall time: the data-stall
 fraction.
 """
@@ -52,8 +54,12 @@ FIELDS = (
     "consumer_wall_s",  # seconds from a timed consumer's first next() to its last
     "peak_held_bytes",  # the most bytes a reader of this process held (max, not summed)
     "cache_hit_bytes",  # shard bytes served by the node cache instead of storage
+    # before a reader's first item (loader.storage.trips), the most of any reader:
+    "first_requests",  # storage requests made (the dataset's construction's too)
+    "first_in_line",  # of them, the longest chain each sent after the last was answered
+    "first_item_s",  # seconds from the pass's start to its first item
 )
-_MAX = frozenset({"peak_held_bytes"})
+_MAX = frozenset({"peak_held_bytes", "first_requests", "first_in_line", "first_item_s"})
 SLOTS = 65  # rows: the main process, then up to 64 DataLoader workers
 
 
@@ -118,15 +124,24 @@ def summary(totals: dict[str, float]) -> str:
     stall = totals.get("stall_fraction")
     stall_text = "n/a" if stall is None else f"{stall:.1%}"
     return (
-        f"{int(totals['records']):,} records, {totals['bytes_fetched'] / 1e6:,.1f} MB in "
-        f"{int(totals['requests']):,} requests ({int(totals['retries'])} retried); "
-        f"fetch {totals['fetch_s']:.2f}s, decode {totals['decode_s']:.2f}s, reader wait "
-        f"{totals['wait_s']:.2f}s; data stall {stall_text}; peak held "
-        f"{totals['peak_held_bytes'] / 2**20:,.1f} MiB"
-    ) + (
-        f"; cache served {totals['cache_hit_bytes'] / 1e6:,.1f} MB"
-        if totals.get("cache_hit_bytes")
-        else ""
+        (
+            f"{int(totals['records']):,} records, {totals['bytes_fetched'] / 1e6:,.1f} MB in "
+            f"{int(totals['requests']):,} requests ({int(totals['retries'])} retried); "
+            f"fetch {totals['fetch_s']:.2f}s, decode {totals['decode_s']:.2f}s, reader wait "
+            f"{totals['wait_s']:.2f}s; data stall {stall_text}; peak held "
+            f"{totals['peak_held_bytes'] / 2**20:,.1f} MiB"
+        )
+        + (
+            f"; cache served {totals['cache_hit_bytes'] / 1e6:,.1f} MB"
+            if totals.get("cache_hit_bytes")
+            else ""
+        )
+        + (
+            f"; first item after {int(totals['first_requests'])} requests, "
+            f"{int(totals['first_in_line'])} in line"
+            if totals.get("first_requests")
+            else ""
+        )
     )
 
 

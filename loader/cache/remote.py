@@ -31,6 +31,7 @@ from ..storage.filesystems import (
     stale_now,
     stale_reason,
 )
+from ..storage.trips import trip
 
 __all__ = ["CHECKS", "RemoteChecks", "listing_pays"]
 
@@ -133,7 +134,8 @@ def _listed(fs: Any, folder: str, todo: list[tuple[str, Indexed]]) -> Answer:
     path = fs._strip_protocol(folder)
     fs.invalidate_cache(path)
     try:
-        listed = {info["name"].rstrip("/"): info for info in fs.ls(path, detail=True)}
+        with trip():
+            listed = {info["name"].rstrip("/"): info for info in fs.ls(path, detail=True)}
     except FileNotFoundError:
         listed = {}
     out: Reasons = {}

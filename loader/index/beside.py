@@ -18,6 +18,7 @@ import pyarrow as pa
 
 from ..formats import format_of_url
 from ..storage.filesystems import filesystem, is_local, redact, strip_credentials
+from ..storage.trips import trip, trip_to
 from .manifest import is_manifest
 from .saved import write_index
 from .urls import table_urls, with_base
@@ -43,7 +44,7 @@ def save_beside(index: Any, url: str, storage_options: dict[str, Any] | None) ->
     fs, path = filesystem(url, storage_options)
     local = is_local(fs)
     target = f"{os.path.dirname(path)}/.{INDEX_NAME}.{uuid.uuid4().hex[:8]}.tmp" if local else path
-    with fs.open(target, "wb") as f:
+    with trip_to(fs), fs.open(target, "wb") as f:
         write_index(f, index, table, compress=not local, relative_urls=_where(folder))
     if local:
         os.replace(target, path)
@@ -89,6 +90,7 @@ def fetch_beside(
     if is_local(fs):
         return (url, None) if os.path.isfile(path) else None
     try:
-        return url, fs.cat_file(path, start=0)
+        with trip():
+            return url, fs.cat_file(path, start=0)
     except Exception:  # none there, or the store refuses: the build that follows names why
         return None

@@ -30,6 +30,7 @@ from ..storage.filesystems import (
 )
 from ..storage.listing import file_entry
 from ..storage.retry import RetryPolicy
+from ..storage.trips import trip, trip_to
 from .beside import fetch_beside, relocated
 from .build import assemble, discover, scan
 from .hf import check_hf_rows, hf_files
@@ -303,11 +304,11 @@ class ShardIndex:
             for shard in doc["shards"]:
                 if is_relative(shard["url"]):  # (as `portable` finds them)
                     shard["url"] = os.path.abspath(shard["url"])
-            with fs.open(path, "w") as f:
+            with trip_to(fs), fs.open(path, "w") as f:
                 json.dump(doc, f)
             return
         table = portable(self.table.set_column(0, "url", table_urls(self.table)))
-        with fs.open(path, "wb") as f:
+        with trip_to(fs), fs.open(path, "wb") as f:
             write_index(f, self, table, compress=not is_local(fs))
 
     @classmethod
@@ -325,7 +326,8 @@ class ShardIndex:
                 with fs.open(path, "rb") as f:
                     arrow, data = f.read(len(ARROW_MAGIC)) == ARROW_MAGIC, None
             else:  # one ranged GET: a whole-object cat_file (or open) asks the size first
-                data = fs.cat_file(path, start=0)
+                with trip():
+                    data = fs.cat_file(path, start=0)
                 arrow = data.startswith(ARROW_MAGIC)
         except FileNotFoundError:
             raise FileNotFoundError(f"{redact(url)}: no saved index there") from None
@@ -368,8 +370,7 @@ class ShardIndex:
         if stale:
             raise StaleIndexError(
                 f"{len(stale)} shard(s) changed since the index was built: {'; '.join(stale[:5])}"
-                + (" ..." if len(stale) > 5 else "")
-                + ". Rebuild it with ShardIndex.build."
+                f"{' ...' if len(stale) > 5 else ''}. Rebuild it with ShardIndex.build."
             )
 
     @classmethod
@@ -396,5 +397,4 @@ class ShardIndex:
             return cls.load(beside[0], storage_options, beside[1])
         if isinstance(source, str | list | tuple):
             return cls.build(source, storage_options, progress, retry)
-        kind = type(source).__name__
-        raise ValueError(f"source must be a URL, list of URLs, saved index or ShardIndex: {kind}")
+        raise ValueError(f"source must be a URL, URLs, a saved index or a ShardIndex: {source!r}")

@@ -25,6 +25,7 @@ from adlfs import AzureBlobFileSystem as _AdlfsFileSystem
 
 from .ranged_get import check_answer
 from .store_errors import status_error
+from .trips import trip
 
 __all__ = ["AZURE_CONCURRENCY", "AzureBlobFileSystem", "azure_ranges"]
 
@@ -95,7 +96,7 @@ async def azure_ranges(
             answer = response.http_response
             answers.append((asked, answer.status_code, answer.headers.get("Content-Range")))
 
-        async with gate, fs.service_client.get_blob_client(container, blob) as client:
+        async with gate, trip(), fs.service_client.get_blob_client(container, blob) as client:
             try:
                 stream = await client.download_blob(
                     offset=starts[i],

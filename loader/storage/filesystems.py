@@ -21,6 +21,7 @@ from fsspec.utils import tokenize
 from ..errors import STALE, StaleIndexError, redact
 from .ranged_get import http_ranges, is_http, s3_ranges
 from .store_errors import denied
+from .trips import trip, trip_to
 
 __all__ = [
     "FileEntry",
@@ -200,7 +201,8 @@ def stale_now(fs: Any, url: str, size: int, version: str | None) -> str | None:
             now = FileEntry(url, st.st_size, _local_version(st))
         else:
             fs.invalidate_cache(path)
-            now = entry_of(fs, fs.info(path), url)
+            with trip():
+                now = entry_of(fs, fs.info(path), url)
     except FileNotFoundError:
         now = None
     return stale_reason(url, size, version, now)
@@ -278,8 +280,9 @@ def cat_ranges(
     if is_http(fs):
         sizes = [size for size, _ in known]
         got = list(sync(fs.loop, http_ranges, fs, paths, starts, ends, sizes))
-    else:
-        got = fs.cat_ranges(paths, list(starts), list(ends), on_error="return")
+    else:  # a local file is no round trip; another filesystem's reads count as sent together
+        with trip_to(fs, len(paths)):
+            got = fs.cat_ranges(paths, list(starts), list(ends), on_error="return")
     if indexed is not None:
         stale: dict[str, BaseException | None] = {}
         # a file whose read failed is not asked about (a dead server is no stale file):

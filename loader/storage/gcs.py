@@ -32,6 +32,7 @@ from gcsfs.retry import retry_request
 from ..errors import StaleIndexError, redact
 from .ranged_get import check_answer
 from .store_errors import status_error
+from .trips import trip
 
 __all__ = ["GCS_CONCURRENCY", "GCSFileSystem", "gcs_ranges"]
 
@@ -87,6 +88,7 @@ async def gcs_ranges(
         headers = fs._get_headers({"Range": f"bytes={starts[i]}-{ends[i] - 1}"})
         async with (
             gate,
+            trip(),
             fs.session.get(url, params=params, headers=headers, timeout=fs.requests_timeout) as r,
         ):
             if r.status >= 300:
@@ -131,7 +133,8 @@ async def _check_generations(
     async def now(path: str) -> tuple[str, str] | None:
         bucket, key, _ = fs.split_path(path)
         try:
-            meta = await fs._call("GET", "b/{}/o/{}", bucket, key, json_out=True)
+            async with trip():
+                meta = await fs._call("GET", "b/{}/o/{}", bucket, key, json_out=True)
         except FileNotFoundError:
             return None
         return str(meta.get("generation")), str(meta.get("etag"))

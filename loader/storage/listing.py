@@ -22,6 +22,7 @@ from .filesystems import (
 )
 from .ranged_get import HTTP_CONCURRENCY, is_http
 from .store_errors import denied, store_error
+from .trips import trip, trip_to
 
 __all__ = ["LIST_REPORT", "file_entry", "list_files"]
 
@@ -74,16 +75,19 @@ def list_files(
     fs.invalidate_cache(path)  # s3fs keeps listings: a new index must see the bucket now
     try:
         if fsspec.core.has_magic(path):
-            infos = list(fs.glob(path, detail=True).values())
+            with trip_to(fs):
+                infos = list(fs.glob(path, detail=True).values())
             root, given = _root(path), _root(url)
         elif is_object_store(fs):  # list at once: an isdir first is one more round trip
-            infos = _find(fs, path, progress)
+            with trip():
+                infos = _find(fs, path, progress)
             names = [fs._strip_protocol(i["name"]).rstrip("/") for i in infos]
             if not infos or names == [path.rstrip("/")]:  # none below it: a file, or nothing
                 return [file_entry(url, storage_options)]
             root, given = path.rstrip("/"), url.rstrip("/")
         elif fs.isdir(path):
-            infos = _find(fs, path, progress)
+            with trip_to(fs):
+                infos = _find(fs, path, progress)
             root, given = path.rstrip("/"), url.rstrip("/")
         else:
             return [file_entry(url, storage_options)]
@@ -115,7 +119,7 @@ def _sized(fs: Any, infos: list[dict[str, Any]]) -> list[dict[str, Any]]:
         gate = asyncio.Semaphore(HTTP_CONCURRENCY)
 
         async def one(info: dict[str, Any]) -> dict[str, Any]:
-            async with gate:
+            async with gate, trip():
                 got: dict[str, Any] = await fs._info(info["name"])
             if got.get("size") is None:
                 raise ValueError(
@@ -136,7 +140,8 @@ def file_entry(url: str, storage_options: dict[str, Any] | None = None) -> FileE
     fs, path = filesystem(url, storage_options)
     fs.invalidate_cache(path)
     try:
-        return entry_of(fs, fs.info(path), url)
+        with trip_to(fs):
+            return entry_of(fs, fs.info(path), url)
     except FileNotFoundError:
         raise FileNotFoundError(f"{redact(url)}: shard not found") from None
     except PermissionError as e:

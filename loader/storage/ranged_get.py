@@ -20,6 +20,7 @@ from typing import Any
 
 from ..errors import STALE, ShardError, StaleIndexError, redact
 from .store_errors import status_error
+from .trips import trip
 
 __all__ = ["S3_CONCURRENCY", "RangeIgnoredError", "http_ranges", "is_http", "s3_ranges"]
 
@@ -96,7 +97,7 @@ async def s3_ranges(
             kw["VersionId"] = version_id
         if etag and not local_check:
             kw["IfMatch"] = f'"{etag}"'
-        async with gate:
+        async with gate, trip():
             try:
                 resp = await fs._call_s3("get_object", Bucket=bucket, Key=key, **kw)
             except OSError as e:
@@ -135,7 +136,7 @@ async def http_ranges(
         headers = dict(kw.pop("headers", None) or {})
         headers["Range"] = f"bytes={starts[i]}-{ends[i] - 1}"
         headers["Accept-Encoding"] = "identity"  # the stored bytes, not a recompression
-        async with gate, session.get(fs.encode_url(urls[i]), headers=headers, **kw) as r:
+        async with gate, trip(), session.get(fs.encode_url(urls[i]), headers=headers, **kw) as r:
             if r.status >= 400:
                 text = (await r.read())[:500].decode("utf-8", "replace")
                 raise status_error(urls[i], r.status, text)

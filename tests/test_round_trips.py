@@ -1,0 +1,143 @@
+"""stats()'s round trips before the first item (loader.storage.trips): how many storage
+requests a reader made before its first item, the construction's included, and how many
+stood in line; checked against what a proxy in front of moto saw."""
+
+from __future__ import annotations
+
+import itertools
+import random
+import time
+from pathlib import Path
+from typing import Any
+
+import fsspec
+from torch.utils.data import DataLoader
+
+from shardstream.loader import ShardIndex, StreamingDataset
+from shardstream.loader.index.beside import INDEX_NAME, save_beside
+from shardstream.loader.storage.trips import Window, in_line, trip
+from tests.s3proxy import Shaping, counting_proxy
+
+from .datagen import SIZES, write_dataset
+
+LATENCY = Shaping(latency_ms=40)  # the proxy's answers lag: requests sent together overlap
+
+
+def _brute_in_line(spans: list[tuple[float, float]]) -> int:
+    """The longest chain by trying every order of every subset (small inputs only)."""
+    best = 0
+    for k in range(1, len(spans) + 1):
+        for chain in itertools.permutations(spans, k):
+            if all(b[0] >= a[1] for a, b in itertools.pairwise(chain)):
+                best = max(best, k)
+    return best
+
+
+def test_in_line_is_the_longest_chain_of_requests_each_after_the_last() -> None:
+    assert in_line([]) == 0
+    assert in_line([(0, 1), (0, 1), (0, 1)]) == 1  # sent together: one round trip
+    assert in_line([(0, 1), (1, 2), (2, 3)]) == 3  # each sent when the last was answered
+    assert in_line([(0, 1), (0.5, 3), (1, 2), (2, 3)]) == 3
+    rng = random.Random(0)
+    for _ in range(200):
+        spans = []
+        for _ in range(rng.randint(1, 6)):
+            a = rng.randint(0, 8)
+            spans.append((float(a), float(a + rng.randint(1, 4))))
+        assert in_line(spans) == _brute_in_line(spans), spans
+
+
+def test_a_window_sees_the_requests_made_while_it_is_open() -> None:
+    with trip():
+        pass  # no window open: nothing is kept
+    window = Window()
+    with trip():
+        pass
+    with trip(3):  # three sent together
+        pass
+    assert window.close() == (4, 2)
+    with trip():
+        pass
+    assert window.close() == (4, 2)  # closed: later requests are not its
+
+
+def _bucket(s3: Any, name: str) -> None:
+    fs = s3.fs()
+    fs.mkdir("trips")
+    write_dataset(fs, f"trips/{name}", "parquet", SIZES, row_group_size=40)
+
+
+def _saved(s3: Any, name: str) -> None:
+    _bucket(s3, name)
+    index = ShardIndex.build(f"s3://trips/{name}", s3.storage_options)
+    save_beside(index, f"s3://trips/{name}/{INDEX_NAME}", s3.storage_options)
+
+
+def _first_batch(source: str, options: dict[str, Any]) -> tuple[dict[str, Any], float, float]:
+    """stats() once rank 0 of 2 has its first batch, and the monotonic times the dataset's
+    construction began and the batch came."""
+    t0 = time.monotonic()
+    ds = StreamingDataset(source, storage_options=options, batch_size=64, num_replicas=2, rank=0)
+    next(iter(ds))
+    return ds.stats(), t0, time.monotonic()
+
+
+def test_from_a_saved_index_the_first_batch_is_two_round_trips(s3: Any) -> None:
+    """The index's GET, then the first row groups (their version checked in the same
+    requests: If-Match), and nothing else in line: no listing, no footer, no HEAD."""
+    _saved(s3, "d")
+    with counting_proxy(s3.endpoint_url, shaping=LATENCY) as proxy:
+        opts = {"client_kwargs": {"endpoint_url": proxy.url}}
+        st, t0, t1 = _first_batch("s3://trips/d", opts)
+        made = [r for r in proxy.timeline if t0 <= r[3] <= t1]
+    assert st["first_in_line"] == 2 == proxy.in_line(t0, t1)
+    assert made[0][:2] == ("GET", f"/trips/d/{INDEX_NAME}")
+    assert all(method == "GET" and rng for method, _, rng, *_ in made)  # ranged reads only
+    assert 2 <= st["first_requests"] <= len(made)
+    assert 0 < st["first_item_s"] < t1 - t0
+
+
+def test_without_an_index_the_round_trips_are_counted_as_the_proxy_sees_them(s3: Any) -> None:
+    """No saved index: the look for one, the listing, the footers (together), then the
+    first row groups: four in line."""
+    _bucket(s3, "e")
+    with counting_proxy(s3.endpoint_url, shaping=LATENCY) as proxy:
+        opts = {"client_kwargs": {"endpoint_url": proxy.url}}
+        st, t0, t1 = _first_batch("s3://trips/e", opts)
+        made = [r for r in proxy.timeline if t0 <= r[3] <= t1]
+    assert st["first_in_line"] == 4 == proxy.in_line(t0, t1)
+    footers = len([s for s in SIZES if s > 0])  # (an empty shard's footer is read too)
+    assert footers + 3 <= st["first_requests"] <= len(made)
+
+
+def test_dataloader_workers_each_count_the_construction_and_their_own(s3: Any) -> None:
+    _saved(s3, "w")
+    with counting_proxy(s3.endpoint_url, shaping=LATENCY) as proxy:
+        opts = {"client_kwargs": {"endpoint_url": proxy.url}}
+        ds = StreamingDataset("s3://trips/w", storage_options=opts, batch_size=32)
+        loader = DataLoader(ds, batch_size=None, num_workers=2, multiprocessing_context="fork")
+        assert sum(len(b["id"]) for b in loader) == sum(SIZES)
+    st = ds.stats()
+    assert st["first_in_line"] == 2  # the index's GET (in the main process), a worker's reads
+    assert st["first_requests"] >= 2
+
+
+def test_local_files_are_no_round_trips(tmp_path: Path) -> None:
+    write_dataset(fsspec.filesystem("file"), str(tmp_path / "d"), "parquet", SIZES, 40)
+    ds = StreamingDataset(str(tmp_path / "d"), batch_size=64)
+    next(iter(ds))
+    st = ds.stats()
+    assert st["first_requests"] == 0 == st["first_in_line"]
+    assert st["first_item_s"] > 0
+
+
+def test_the_construction_counts_in_the_first_pass_only(s3: Any) -> None:
+    _saved(s3, "p")
+    with counting_proxy(s3.endpoint_url, shaping=LATENCY) as proxy:
+        opts = {"client_kwargs": {"endpoint_url": proxy.url}}
+        ds = StreamingDataset("s3://trips/p", storage_options=opts, batch_size=64)
+        next(iter(ds))
+        assert ds.stats()["first_in_line"] == 2
+        ds.reset_stats()
+        next(iter(ds))
+        assert ds.stats()["first_in_line"] == 1  # its reads alone: the index is loaded
