@@ -141,3 +141,23 @@ def test_the_construction_counts_in_the_first_pass_only(s3: Any) -> None:
         ds.reset_stats()
         next(iter(ds))
         assert ds.stats()["first_in_line"] == 1  # its reads alone: the index is loaded
+
+
+def test_a_tar_without_an_index_is_walked_in_large_blocks_sent_together(s3: Any) -> None:
+    """A tar of small members (6 MiB: its bodies are read, not skipped) is walked from its
+    first 1 MiB and then the rest in 1 MiB reads sent together (loader.formats.tar.scan
+    REMOTE_SCAN), never 1 MiB after 1 MiB: the look for an index, the listing, those two,
+    then the first batch's read (its pieces sent together too)."""
+    fs = s3.fs()
+    fs.mkdir("trips")
+    write_dataset(fs, "trips/t", "tar", [3000])
+    size = fs.info("trips/t/part-00000.tar")["size"]
+    assert 3 << 20 < size < 9 << 20  # more than the first 1 MiB and 1 MiB; one readahead
+    with counting_proxy(s3.endpoint_url, shaping=LATENCY) as proxy:
+        opts = {"client_kwargs": {"endpoint_url": proxy.url}}
+        st, t0, t1 = _first_batch("s3://trips/t", opts)
+    assert st["first_in_line"] == 5 == proxy.in_line(t0, t1)
+    spans = [
+        rng.removeprefix("bytes=").split("-") for path, rng in proxy.gets if path.endswith(".tar")
+    ]
+    assert spans and max(int(b) + 1 - int(a) for a, b in spans) <= 1 << 20  # in pieces

@@ -24,7 +24,7 @@ from fsspec.caching import ReadAheadCache
 from .filesystems import redact
 from .retry import RetryPolicy, read_ranges
 
-__all__ = ["FetchFile", "PartsFile", "RangeFile"]
+__all__ = ["FetchFile", "PartsFile", "RangeFile", "read_span"]
 
 log = logging.getLogger(__name__)
 
@@ -145,13 +145,35 @@ class FetchFile(_ByteFile):
         return blob
 
 
+def read_span(
+    fs: Any,
+    url: str,
+    start: int,
+    end: int,
+    retry: RetryPolicy,
+    indexed: tuple[int | None, str | None],
+    piece: int | None = None,
+) -> bytes:
+    """Bytes [start, end) of the indexed version of `url` (`read_ranges`); with `piece`, as
+    ranged reads of at most that many bytes sent together and joined: over an object store
+    one round trip at several connections' rate, where one request runs at one's."""
+    step = piece or max(1, end - start)
+    starts = list(range(start, end, step)) or [start]
+    ends = [min(a + step, end) for a in starts]
+    got = read_ranges(fs, [url] * len(starts), starts, ends, retry, [indexed] * len(starts))
+    return got[0] if len(got) == 1 else b"".join(got)
+
+
 class RangeFile(_ByteFile):
     """A read-only file of the indexed version of a shard over `read_ranges` (checked
     lengths and retries on every fetch), reading `readahead` bytes at each miss.
 
     The tar scan walks headers through this instead of `fs.open`, whose buffered reads can
     come back short when a connection drops mid-body; fsspec's ReadAheadCache supplies the
-    readahead, our fetcher the retries (the Fetcher seam of fsspec.caching).
+    readahead, our fetcher the retries (the Fetcher seam of fsspec.caching). With `piece`,
+    a fetch longer than that is made of `piece`-byte ranged reads sent together: over an
+    object store a large readahead then costs one round trip, not one connection's rate
+    for all of it.
     """
 
     def __init__(
@@ -162,18 +184,20 @@ class RangeFile(_ByteFile):
         retry: RetryPolicy,
         version: str | None = None,
         readahead: int = 1 << 20,
+        piece: int | None = None,
     ) -> None:
         super().__init__(size)
-        indexed = [(size, version)]
+        self.block = readahead  # the readahead it was made with (`readahead(None)`)
 
         def fetch(start: int, end: int) -> bytes:
-            return read_ranges(fs, [url], [start], [min(end, size)], retry, indexed)[0]
+            return read_span(fs, url, start, min(end, size), retry, (size, version), piece)
 
         self._cache = ReadAheadCache(readahead, fetch, size)
 
-    def readahead(self, nbytes: int) -> None:
-        """Fetch `nbytes` beyond each read that misses the cache (0: exactly what is read)."""
-        self._cache.blocksize = nbytes
+    def readahead(self, nbytes: int | None) -> None:
+        """Fetch `nbytes` beyond each read that misses the cache (0: exactly what is read;
+        None: the readahead the file was made with)."""
+        self._cache.blocksize = self.block if nbytes is None else nbytes
 
     def _range(self, start: int, end: int) -> bytes:
         data: bytes = self._cache._fetch(start, end)

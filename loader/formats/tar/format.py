@@ -24,16 +24,18 @@ from fsspec.implementations.local import LocalFileSystem
 from ...errors import ShardError
 from ...shard import Shard
 from ...storage.filesystems import FileEntry, redact
-from ...storage.ranges import RangeFile
-from ...storage.retry import RetryPolicy, read_ranges
+from ...storage.ranges import RangeFile, read_span
+from ...storage.retry import RetryPolicy
 from ..deferred import complete, estimated_bytes, is_deferred
 from .members import members_of
 from .scan import (
     BLOCK,
+    REMOTE_SCAN,
     check_headers,
     choose_ranged,
     crossover_for,
     group_members,
+    scan_file,
     scan_tar,
 )
 
@@ -181,7 +183,7 @@ class TarFormat:
         crossover = crossover_for(fs)
 
         def one(entry: FileEntry) -> dict[str, Any]:
-            raw = RangeFile(fs, entry.url, entry.size, self.retry, entry.version)
+            raw = scan_file(fs, entry.url, entry.size, self.retry, entry.version)
             if _compression(entry.url) is None:
                 return scan_tar(raw, entry.url, entry.size, crossover=crossover)
             with gzip.GzipFile(fileobj=raw, mode="rb") as gz:
@@ -194,9 +196,9 @@ class TarFormat:
 
     def _span(self, fs: Any, shard: Shard, lo: int, hi: int) -> bytes:
         """Bytes [lo, hi) of the shard's tar stream, of the indexed version."""
-        if shard.details.get("compression") is None:
-            indexed = [(shard.bytes, shard.version)]
-            return read_ranges(fs, [shard.url], [lo], [hi], self.retry, indexed)[0]
+        if shard.details.get("compression") is None:  # (pieces sent together: REMOTE_SCAN)
+            piece = None if isinstance(fs, LocalFileSystem) else REMOTE_SCAN[1]
+            return read_span(fs, shard.url, lo, hi, self.retry, (shard.bytes, shard.version), piece)
         raw = RangeFile(fs, shard.url, shard.bytes, self.retry, shard.version)
         try:
             with gzip.GzipFile(fileobj=raw, mode="rb") as gz:
