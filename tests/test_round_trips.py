@@ -145,9 +145,9 @@ def test_the_construction_counts_in_the_first_pass_only(s3: Any) -> None:
 
 def test_a_tar_without_an_index_is_walked_in_large_blocks_sent_together(s3: Any) -> None:
     """A tar of small members (6 MiB: its bodies are read, not skipped) is walked from its
-    first 1 MiB and then the rest in 1 MiB reads sent together (loader.formats.tar.scan
+    first 1 MiB and then the rest in 2 MiB reads sent together (loader.formats.tar.scan
     REMOTE_SCAN), never 1 MiB after 1 MiB: the look for an index, the listing, those two,
-    then the first batch's read (its pieces sent together too)."""
+    then the first batch's read."""
     fs = s3.fs()
     fs.mkdir("trips")
     write_dataset(fs, "trips/t", "tar", [3000])
@@ -160,4 +160,5 @@ def test_a_tar_without_an_index_is_walked_in_large_blocks_sent_together(s3: Any)
     spans = [
         rng.removeprefix("bytes=").split("-") for path, rng in proxy.gets if path.endswith(".tar")
     ]
-    assert spans and max(int(b) + 1 - int(a) for a, b in spans) <= 1 << 20  # in pieces
+    walk = spans[:-1]  # the last: the first batch's read, one request for its range
+    assert walk and max(int(b) + 1 - int(a) for a, b in walk) <= 2 << 20  # in pieces

@@ -30,7 +30,6 @@ from ..deferred import complete, estimated_bytes, is_deferred
 from .members import members_of
 from .scan import (
     BLOCK,
-    REMOTE_SCAN,
     check_headers,
     choose_ranged,
     crossover_for,
@@ -196,9 +195,8 @@ class TarFormat:
 
     def _span(self, fs: Any, shard: Shard, lo: int, hi: int) -> bytes:
         """Bytes [lo, hi) of the shard's tar stream, of the indexed version."""
-        if shard.details.get("compression") is None:  # (pieces sent together: REMOTE_SCAN)
-            piece = None if isinstance(fs, LocalFileSystem) else REMOTE_SCAN[1]
-            return read_span(fs, shard.url, lo, hi, self.retry, (shard.bytes, shard.version), piece)
+        if shard.details.get("compression") is None:  # one request: see REMOTE_SCAN
+            return read_span(fs, shard.url, lo, hi, self.retry, (shard.bytes, shard.version))
         raw = RangeFile(fs, shard.url, shard.bytes, self.retry, shard.version)
         try:
             with gzip.GzipFile(fileobj=raw, mode="rb") as gz:
