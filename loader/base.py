@@ -58,6 +58,8 @@ class DatasetBase(IterableDataset[Any]):
     sampler: ShardSampler | MixtureSampler
     node: NodeOptions
     packings: list[Packing]  # with pack=: one a source (a mixture: one a stream)
+    _building: Window | None = None  # the construction's requests (loader.storage.trips)
+    _built: tuple[int, int] = (0, 0)  # then their count and how many were in line
     # what help() and inspect.signature show: __init__'s parameters (set below each class:
     # StreamingDataset's __new__ only picks the class, and takes whatever __init__ takes)
     __signature__: ClassVar[inspect.Signature]
@@ -138,8 +140,7 @@ class DatasetBase(IterableDataset[Any]):
     ) -> None:
         """The options every source of a dataset is read with, checked (ValueError or
         TypeError naming the value) before any storage is touched."""
-        # the construction's storage requests from here on (loader.storage.trips), for stats()
-        self._building: Window | None = Window()
+        self._building = Window()  # the construction's requests from here on
         self.batch_size = check_positive("batch_size", batch_size)
         self.read_threads = check_positive("read_threads", read_threads) or 1
         self.memory_budget, self.prefetch = budget_args(memory_budget, prefetch)
@@ -193,8 +194,7 @@ class DatasetBase(IterableDataset[Any]):
         with `pack`, "pack": the epoch's tokens and documents, blocks each rank makes and
         tokens_dropped (in no rank's block; a mixture: per stream name, of one pass); with
         a cache_dir, cache_hit_bytes (served from the node cache, not counted in
-        bytes_fetched) and cache_held_bytes (what the cache folder holds now, for the
-        whole node)."""
+        bytes_fetched) and cache_held_bytes (what the cache folder holds now, whole node)."""
         totals: dict[str, Any] = self._stats.totals()
         folders = {n.cache_dir: n for n in self._cache_nodes()}
         totals["cache_held_bytes"] = sum(n.held_bytes() for n in folders.values())

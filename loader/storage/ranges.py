@@ -151,7 +151,7 @@ def read_span(
     start: int,
     end: int,
     retry: RetryPolicy,
-    indexed: tuple[int | None, str | None],
+    indexed: tuple[int, str | None],
     piece: int | None = None,
 ) -> bytes:
     """Bytes [start, end) of the indexed version of `url` (`read_ranges`); with `piece`, as
