@@ -5,7 +5,8 @@ and the size and version of one file named by the user."""
 from __future__ import annotations
 
 import asyncio
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
 from typing import Any
 
 import fsspec
@@ -62,6 +63,23 @@ def _find(fs: Any, path: str, progress: Callable[[int], None] | None) -> list[di
     return found
 
 
+@contextmanager
+def _named(url: str, missing: str) -> Iterator[None]:
+    """A store's errors as ours, naming `url`: FileNotFoundError (`missing`), access
+    denied (loader.storage.store_errors), a known store error; others as raised."""
+    try:
+        yield
+    except FileNotFoundError:
+        raise FileNotFoundError(f"{redact(url)}: {missing}") from None
+    except PermissionError as e:
+        raise denied(url, e) from None
+    except Exception as e:
+        known = store_error(url, e)
+        if known is None:
+            raise
+        raise known from None
+
+
 def list_files(
     url: str,
     storage_options: dict[str, Any] | None = None,
@@ -73,7 +91,7 @@ def list_files(
     told how many files were listed so far (per page on S3)."""
     fs, path = filesystem(url, storage_options)
     fs.invalidate_cache(path)  # s3fs keeps listings: a new index must see the bucket now
-    try:
+    with _named(url, "no such file, directory or prefix"):
         if fsspec.core.has_magic(path):
             with trip_to(fs):
                 infos = list(fs.glob(path, detail=True).values())
@@ -91,15 +109,6 @@ def list_files(
             root, given = path.rstrip("/"), url.rstrip("/")
         else:
             return [file_entry(url, storage_options)]
-    except FileNotFoundError:
-        raise FileNotFoundError(f"{redact(url)}: no such file, directory or prefix") from None
-    except PermissionError as e:
-        raise denied(url, e) from None
-    except Exception as e:
-        known = store_error(url, e)
-        if known is None:
-            raise
-        raise known from None
     entries = []
     for info in _sized(fs, [i for i in infos if i.get("type", "file") == "file"]):
         name = fs._strip_protocol(info["name"])
@@ -139,15 +148,5 @@ def file_entry(url: str, storage_options: dict[str, Any] | None = None) -> FileE
     FileNotFoundError naming it when missing."""
     fs, path = filesystem(url, storage_options)
     fs.invalidate_cache(path)
-    try:
-        with trip_to(fs):
-            return entry_of(fs, fs.info(path), url)
-    except FileNotFoundError:
-        raise FileNotFoundError(f"{redact(url)}: shard not found") from None
-    except PermissionError as e:
-        raise denied(url, e) from None
-    except Exception as e:
-        known = store_error(url, e)
-        if known is None:
-            raise
-        raise known from None
+    with _named(url, "shard not found"), trip_to(fs):
+        return entry_of(fs, fs.info(path), url)
