@@ -86,7 +86,8 @@ def test_s3_rewrite_is_caught_by_if_match_without_extra_requests(s3: Any) -> Non
         assert [r["x"] for r in ds] == [1, 2, 3]
         reads = proxy.requests[before:]
         assert reads and all(method == "GET" for method, _, _ in reads)  # no HEAD per shard
-        ranged = [h for h in proxy.get_headers if "Range" in h]  # shard reads (not listings)
+        shard_gets = zip(proxy.gets, proxy.get_headers)  # shard reads (not listings, index)
+        ranged = [h for (path, _), h in shard_gets if path.endswith(".parquet") and "Range" in h]
         assert ranged and all("If-Match" in h for h in ranged)
         _write("stale/d/a.parquet", [7, 8, 9], s3.fs())  # same size: only the ETag differs
         ds.set_epoch(1)

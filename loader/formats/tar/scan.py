@@ -379,13 +379,10 @@ LOCAL_CROSSOVER = 128 << 10
 REMOTE_CROSSOVER = 2 << 20
 
 
-# Walking an object store's tar, the readahead (what the headers' walk fetches at a miss)
-# and the ranged reads it is made of, sent together: 8 MiB a round trip, not 1 MiB a
-# round trip at one connection's rate (a 12 MiB shard of small members: 3 round trips in
-# line where it was about 7). 1 MiB pieces cost more in requests than they saved in wait
-# (scripts.bench.cloud, tar rows: 443 requests for 32 shards, 23k records/s; 2 MiB: 283,
-# 28k). At most 16 shards are walked at once: 128 MiB held. A read of records stays one
-# request a range: split in 1 MiB pieces it lost 24% against moto (per-request cost).
+# An object store's tar walk reads 8 MiB ahead as 2 MiB ranged reads sent together: a
+# 12 MiB shard of small members is 3 round trips in line, not ~7 (scripts.bench.cloud:
+# 1 MiB pieces were more requests than they saved, 23k records/s against 28k). 16 shards
+# at once: 128 MiB held. A read of records stays one request (split, -24% against moto).
 REMOTE_SCAN = (8 << 20, 2 << 20)
 
 
