@@ -11,9 +11,8 @@ into memory, minus the fetching in it; local Parquet reads count as decoding: py
 reads and decodes in one call), waiting (the consuming thread blocked on a read not done
 yet); before a reader's first item, the storage requests it (and the dataset's
 construction) made, how many of them stood in line, and the seconds it took; and, where
-the consumer is timed (`timed`, or iterating without workers), the
-seconds the consumer spent waiting for the loader against its wall time: the data-stall
-fraction.
+the consumer is timed (`timed`, or iterating without workers), the seconds the consumer
+spent waiting for the loader against its wall time: the data-stall fraction.
 """
 
 from __future__ import annotations

@@ -16,7 +16,7 @@ from torch.utils.data import DataLoader
 from shardstream.loader import ShardIndex, StreamingDataset
 from shardstream.loader.index.beside import INDEX_NAME, save_beside
 from shardstream.loader.storage.trips import Window, in_line, trip
-from tests.s3proxy import Shaping, counting_proxy
+from tests.s3proxy import CountingProxy, Shaping, counting_proxy
 
 from .datagen import SIZES, write_dataset
 
@@ -73,23 +73,30 @@ def _saved(s3: Any, name: str) -> None:
     save_beside(index, f"s3://trips/{name}/{INDEX_NAME}", s3.storage_options)
 
 
-def _first_batch(source: str, options: dict[str, Any]) -> tuple[dict[str, Any], float, float]:
-    """stats() once rank 0 of 2 has its first batch, and the monotonic times the dataset's
-    construction began and the batch came."""
-    t0 = time.monotonic()
-    ds = StreamingDataset(source, storage_options=options, batch_size=64, num_replicas=2, rank=0)
-    next(iter(ds))
-    return ds.stats(), t0, time.monotonic()
+def _first_batch(s3: Any, source: str) -> tuple[dict[str, Any], CountingProxy, float, float]:
+    """stats() once rank 0 of 2 reading `source` through a latency proxy has its first
+    batch, the proxy, and the monotonic times the dataset's construction began and the
+    batch came."""
+    with counting_proxy(s3.endpoint_url, shaping=LATENCY) as proxy:
+        opts = {"client_kwargs": {"endpoint_url": proxy.url}}
+        t0 = time.monotonic()
+        ds = StreamingDataset(source, storage_options=opts, batch_size=64, num_replicas=2, rank=0)
+        next(iter(ds))
+        t1 = time.monotonic()
+    return ds.stats(), proxy, t0, t1
+
+
+def _made(proxy: CountingProxy, t0: float, t1: float) -> list[Any]:
+    """The requests that reached the proxy in [t0, t1]."""
+    return [r for r in proxy.timeline if t0 <= r[3] <= t1]
 
 
 def test_from_a_saved_index_the_first_batch_is_two_round_trips(s3: Any) -> None:
     """The index's GET, then the first row groups (their version checked in the same
     requests: If-Match), and nothing else in line: no listing, no footer, no HEAD."""
     _saved(s3, "d")
-    with counting_proxy(s3.endpoint_url, shaping=LATENCY) as proxy:
-        opts = {"client_kwargs": {"endpoint_url": proxy.url}}
-        st, t0, t1 = _first_batch("s3://trips/d", opts)
-        made = [r for r in proxy.timeline if t0 <= r[3] <= t1]
+    st, proxy, t0, t1 = _first_batch(s3, "s3://trips/d")
+    made = _made(proxy, t0, t1)
     assert st["first_in_line"] == 2 == proxy.in_line(t0, t1)
     assert made[0][:2] == ("GET", f"/trips/d/{INDEX_NAME}")
     assert all(method == "GET" and rng for method, _, rng, *_ in made)  # ranged reads only
@@ -101,10 +108,8 @@ def test_without_an_index_the_round_trips_are_counted_as_the_proxy_sees_them(s3:
     """No saved index: the look for one, the listing, the footers (together), then the
     first row groups: four in line."""
     _bucket(s3, "e")
-    with counting_proxy(s3.endpoint_url, shaping=LATENCY) as proxy:
-        opts = {"client_kwargs": {"endpoint_url": proxy.url}}
-        st, t0, t1 = _first_batch("s3://trips/e", opts)
-        made = [r for r in proxy.timeline if t0 <= r[3] <= t1]
+    st, proxy, t0, t1 = _first_batch(s3, "s3://trips/e")
+    made = _made(proxy, t0, t1)
     assert st["first_in_line"] == 4 == proxy.in_line(t0, t1)
     footers = len([s for s in SIZES if s > 0])  # (an empty shard's footer is read too)
     assert footers + 3 <= st["first_requests"] <= len(made)
@@ -153,9 +158,7 @@ def test_a_tar_without_an_index_is_walked_in_large_blocks_sent_together(s3: Any)
     write_dataset(fs, "trips/t", "tar", [3000])
     size = fs.info("trips/t/part-00000.tar")["size"]
     assert 3 << 20 < size < 9 << 20  # more than the first 1 MiB and 1 MiB; one readahead
-    with counting_proxy(s3.endpoint_url, shaping=LATENCY) as proxy:
-        opts = {"client_kwargs": {"endpoint_url": proxy.url}}
-        st, t0, t1 = _first_batch("s3://trips/t", opts)
+    st, proxy, t0, t1 = _first_batch(s3, "s3://trips/t")
     assert st["first_in_line"] == 5 == proxy.in_line(t0, t1)
     spans = [
         rng.removeprefix("bytes=").split("-") for path, rng in proxy.gets if path.endswith(".tar")

@@ -218,13 +218,10 @@ def _connect(source: str | Sequence[str], storage_options: dict[str, Any] | None
 
 def _broadcast_saved(source: str, storage_options: dict[str, Any] | None) -> ShardIndex:
     """A saved index: rank 0 reads it, the others get it from rank 0 (one read, not R)."""
-    index = _on_rank_0(lambda: ShardIndex.load(source, storage_options), "the saved index")
-    if index is None:  # (load returns an index or raises)
-        raise RuntimeError(f"{source}: no index loaded")
-    return index
+    return _on_rank_0(lambda: ShardIndex.load(source, storage_options), "the saved index")
 
 
-def _on_rank_0(load: Callable[[], ShardIndex | None], what: str) -> ShardIndex | None:
+def _on_rank_0(load: Callable[[], T], what: str) -> T:
     """`load()` on rank 0, broadcast to every rank; its error raised on every rank."""
     box: list[Any] = [None]
     if dist.get_rank() == 0:
@@ -235,8 +232,8 @@ def _on_rank_0(load: Callable[[], ShardIndex | None], what: str) -> ShardIndex |
     dist.broadcast_object_list(box, src=0)
     if isinstance(box[0], Failure):
         raise box[0].error()
-    index: ShardIndex | None = box[0]
-    return index
+    loaded: T = box[0]
+    return loaded
 
 
 def shared_index(

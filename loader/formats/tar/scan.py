@@ -285,7 +285,7 @@ def _found(
 
 
 def _readahead(f: Any, nbytes: int | None) -> None:
-    """Set a RangeFile's readahead (None: the one it was made with, `scan_block`)."""
+    """Set a RangeFile's readahead (None: the one it was made with, `scan_file`)."""
     if isinstance(f, RangeFile):
         f.readahead(nbytes)
 

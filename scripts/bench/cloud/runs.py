@@ -49,15 +49,12 @@ class Row:
     note: str = ""
 
 
+def _ours(ctx: Context, ranks: int) -> dict[str, Any]:
+    return {"kind": "ours", "endpoint": ctx.endpoint, "num_replicas": ranks, "rank": 0}
+
+
 def _batches(ctx: Context, ranks: int) -> dict[str, Any]:
-    return {
-        "kind": "ours",
-        "endpoint": ctx.endpoint,
-        "batch_size": BATCH,
-        "columns": COLUMNS,
-        "num_replicas": ranks,
-        "rank": 0,
-    }
+    return {**_ours(ctx, ranks), "batch_size": BATCH, "columns": COLUMNS}
 
 
 def _raw_loop(ctx: Context, ranks: int) -> dict[str, Any]:
@@ -93,13 +90,7 @@ def _mixture(ctx: Context, ranks: int) -> dict[str, Any]:
 
 def _tar(source: str) -> Callable[[Context, int], dict[str, Any]]:
     def spec(ctx: Context, ranks: int) -> dict[str, Any]:
-        return {
-            "kind": "ours",
-            "endpoint": ctx.endpoint,
-            "source": source,
-            "num_replicas": ranks,
-            "rank": 0,
-        }
+        return {**_ours(ctx, ranks), "source": source}
 
     return spec
 
