@@ -8,8 +8,11 @@ import numpy as np
 import pyarrow as pa
 import torch
 
+from shardstream.loader.columns.batch_format import arrow_kinds
 from shardstream.loader.columns.batching import column_to_batch, regroup
 from shardstream.loader.columns.gather import Block, gather
+from shardstream.loader.columns.kinds import kinds_of
+from shardstream.loader.formats.parquet.format import ParquetFormat
 
 
 def values(col: Any) -> list[Any]:
@@ -84,6 +87,33 @@ def test_gather_from_several_blocks() -> None:
     ]
     taken = gather(mixed, np.array([1, 0, 1]), np.array([2, 4, 1]))
     assert values(taken["id"]) == [9, 4, None]
+
+
+def test_torch_batch_strings_are_picked_as_python_objects() -> None:
+    """Strings and bytes of a torch batch are made Python objects once a block and picked
+    per record like numbers (Arrow's take joins every chunk of strings first); the batch's
+    lists equal pyarrow's rows, nulls included. Arrow batches keep them Arrow."""
+    schema = pa.schema([("id", pa.int64()), ("s", pa.string()), ("b", pa.large_binary())])
+
+    def table(k: int) -> pa.Table:
+        ids = range(k * 10, k * 10 + 10)
+        s = [None if i % 7 == 0 else f"s{i}" * (i % 3) for i in ids]
+        return pa.table({"id": list(ids), "s": s, "b": [bytes([i]) * (i % 4) for i in ids]}, schema)
+
+    tables = [table(k) for k in range(3)]
+    kinds = kinds_of(schema)
+    blocks = [Block([t], kinds) for t in tables]
+    assert all(b.arrays[c].dtype == object for b in blocks for c in ("s", "b"))
+    rng = np.random.default_rng(2)
+    which, rows = rng.integers(0, 3, 25), rng.integers(0, 10, 25)
+    got = ParquetFormat(schema=schema, kinds=kinds).batch(gather(blocks, which, rows))
+    want = pa.concat_tables(tables).take(pa.array(which * 10 + rows))
+    assert got["s"] == want["s"].to_pylist() and got["b"] == want["b"].to_pylist()
+    assert got["id"].tolist() == want["id"].to_pylist()
+    one = ParquetFormat(schema=schema, kinds=kinds).batch(blocks[1].take(np.array([3, 4, 0])))
+    assert one["s"] == ["s13", None, "s10"] and one["b"] == [b"\r", b"\x0e\x0e", b"\n\n"]
+    arrow = Block([tables[0]], arrow_kinds(schema))
+    assert set(arrow.columns) == {"s", "b"}
 
 
 def test_block_columns_that_stay_arrow() -> None:

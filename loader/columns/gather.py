@@ -32,6 +32,9 @@ from .placement import Placement
 
 __all__ = ["Block", "Selection", "gather", "padded", "record_maker"]
 
+OBJECT_BYTES = 57  # a value held as a Python object, beyond its Arrow bytes: a str's
+# header (sys.getsizeof("") is 49) and its pointer in the numpy array
+
 
 def _view(chunk: pa.Array, kind: Kind | None, length: int | None) -> np.ndarray | None:
     """A zero-copy numpy view of a chunk: as its kind says (batch mode, data checked by
@@ -76,8 +79,9 @@ class Block:
     laid end to end.
 
     With `kinds` (batch mode), each column is what its kind says (loader.columns.kinds): tensor
-    columns are numpy views, list columns stay Arrow, and plain list columns with a pad
-    value are padded per take. Without (record mode), numbers are numpy where Arrow
+    columns are numpy views, list columns stay Arrow (strings and bytes of a torch batch:
+    numpy arrays of the Python objects), and plain list columns with a pad value are
+    padded per take. Without (record mode), numbers are numpy where Arrow
     allows, and other columns numpy arrays of the Python objects Arrow's `to_pylist`
     gives."""
 
@@ -88,7 +92,7 @@ class Block:
         measure: Sequence[str] = (),
     ) -> None:
         self.names: list[str] = parts[0].column_names if parts else []
-        self.types = {name: parts[0].schema.field(name).type for name in self.names}
+        self.types = types = {name: parts[0].schema.field(name).type for name in self.names}
         self.rows = sum(p.num_rows for p in parts)
         # the list columns `measure` names: (shortest, longest) row
         self.lengths: dict[str, tuple[int, int]] = {}
@@ -99,7 +103,7 @@ class Block:
         self.columns: dict[str, pa.Array] = {}  # the columns kept as Arrow
         self.arrays: dict[str, np.ndarray] = {}  # numeric: views of the Arrow buffers
         self._pads: dict[str, Any] = {}
-        self._object_bytes = 0  # Arrow bytes of the columns held as Python objects
+        self._object_bytes = 0  # bytes of the columns held as Python objects
         for name in self.names:
             chunks = [c for p in parts for c in p.column(name).chunks]
             kind = None if kinds is None else kinds.get(name)
@@ -113,13 +117,15 @@ class Block:
                 if kind is not None and (not kind.tensor or name in self._pads)
                 else _numeric(chunks, kind, lo if lo == hi else None)
             )
-            if array is None and kinds is None:
-                # record mode: the column as Python objects, made once a group by Arrow's
-                # to_pylist (as the raw loop makes them a batch), then picked per record
-                # by numpy like numbers: measured 0.07 s a pass of 131,072 500-byte strings
-                # for Arrow's take across the groups, ~0.01 s this way
+            if array is None and (kinds is None or _as_objects(kind, types[name])):
+                # record mode, and strings of a torch batch (its lists): the column as
+                # Python objects, made once a group by Arrow's to_pylist (as the raw loop
+                # makes them a batch), then picked per record by numpy like numbers:
+                # measured 0.07 s a pass of 131,072 500-byte strings for Arrow's take
+                # across the groups, ~0.01 s this way (Arrow's take joins the chunks of
+                # strings first: a mixture's slab spans 20-30 groups, 0.5-1.5 ms a take)
                 col = pa.chunked_array(chunks, type=parts[0].schema.field(name).type)
-                self._object_bytes += col.nbytes
+                self._object_bytes += col.nbytes + OBJECT_BYTES * len(col)
                 array = np.fromiter(python_values(col, name), dtype=object, count=len(col))
             if array is not None:
                 self.arrays[name] = array
@@ -277,6 +283,18 @@ def _converts(col: pa.ChunkedArray, i: int) -> bool:
         return True
     except (OverflowError, ValueError, pa.ArrowException):
         return False
+
+
+def _as_objects(kind: Kind | None, t: pa.DataType) -> bool:
+    """Whether a batch column of this kind and type is held as Python objects: a torch
+    batch's list column of strings or bytes (its values become Python objects anyway)."""
+    plain = kind is not None and not (kind.tensor or kind.arrow) and kind.gathers
+    return plain and (
+        pa.types.is_string(t)
+        or pa.types.is_large_string(t)
+        or pa.types.is_binary(t)
+        or pa.types.is_large_binary(t)
+    )
 
 
 def _has_temporal(t: pa.DataType) -> bool:

@@ -19,6 +19,8 @@ import numpy as np
 import numpy.typing as npt
 import pyarrow as pa
 
+from shardstream.sampler.plan import stable_order
+
 from .arrow_numpy import indices
 
 __all__ = ["Placement"]
@@ -40,7 +42,7 @@ class Placement:
     def spans(self) -> list[tuple[I64, I64]]:
         """Per part: (the batch positions it fills, in order; its rows that fill them)."""
         if self._spans is None:
-            order = np.argsort(self.which, kind="stable")
+            order = stable_order(self.which)
             bounds = np.searchsorted(self.which[order], np.arange(len(self.starts) + 1))
             self._spans = [
                 (order[a:b], self.rows[order[a:b]]) for a, b in itertools.pairwise(bounds)

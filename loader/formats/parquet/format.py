@@ -342,12 +342,9 @@ class ParquetFormat:
 
     def join(self, parts: Sequence[pa.Table]) -> Block:
         """The parts as one Block (numeric columns as views of the decoded buffers).
-
-        Arrow's free memory is not handed back to the OS here: the next groups decode
-        into it. Handing it back every 4 MB (the previous design) made every decode
-        touch fresh pages: 35,000 page faults a pass of the benchmark's 131,072 records,
-        ~25% of the reader's CPU, and a higher peak RSS than reusing it (+102 MB against
-        +75 MB, `python -m scripts.bench`'s RSS growth)."""
+        Arrow's free memory is not handed back to the OS here: the next groups decode into
+        it (handing it back every 4 MB made every decode touch fresh pages: 35,000 page
+        faults a pass of 131,072 records, ~25% of the reader's CPU, and a higher peak RSS)."""
         return Block(parts, self.kinds, self._fixed)
 
     def release(self, joined: Block) -> None:
@@ -381,10 +378,10 @@ class ParquetFormat:
         return Block.records(taken)
 
     def batch(self, taken: dict[str, Any]) -> dict[str, Any]:
-        """numpy columns -> tensors (they are fresh arrays: no copy; in a DataLoader worker
-        they are packed into one storage, see `packed`); Arrow columns -> lists (with kinds,
-        the column's kind decided that), else tensors or lists as `column_to_batch` says."""
-        arrays = {k: c for k, c in taken.items() if isinstance(c, np.ndarray)}
+        """numpy numbers -> tensors (fresh arrays: no copy; in a DataLoader worker packed
+        into one storage, see `packed`); numpy Python objects (strings) -> lists; Arrow
+        columns -> lists (with kinds), else as `column_to_batch` says."""
+        arrays = {k: c for k, c in taken.items() if getattr(c, "dtype", None) not in (None, object)}
         tensors = (
             packed(arrays)
             if len(arrays) > 1 and get_worker_info() is not None
@@ -393,6 +390,8 @@ class ParquetFormat:
         return {
             k: tensors[k]
             if k in tensors
+            else c.tolist()  # strings held as Python objects (loader.columns.gather)
+            if isinstance(c, np.ndarray)
             else c.to_pylist()
             if self.kinds is not None
             else column_to_batch(c)
