@@ -270,10 +270,36 @@ def test_readers_share_one_budget(tmp_path: Path, monkeypatch: Any) -> None:
 
 
 @pytest.mark.usefixtures("one_row_group_a_group")
+def test_the_first_batchs_groups_are_fetched_before_the_rest(s3: Any) -> None:
+    """Off local disk, nothing but the first block's first group of each piece is fetched
+    until the first slab is gathered: sent out with the whole budget's requests, the first
+    batch would share the store's bandwidth with all of them. Behind a 40 ms proxy, every
+    GET that reached the store before the first one was answered is one of those (at most
+    one a piece: each alone); the rest came after."""
+    from tests.s3proxy import Shaping, counting_proxy
+
+    fs = s3.fs()
+    fs.mkdir("opening")
+    write_dataset(fs, "opening/d", "parquet", SIZES, row_group_size=40)
+    index = ShardIndex.build("s3://opening/d", s3.storage_options)  # footers now cached
+    with counting_proxy(s3.endpoint_url, shaping=Shaping(latency_ms=40)) as proxy:
+        opts = {"client_kwargs": {"endpoint_url": proxy.url}}
+        ds = StreamingDataset(index, storage_options=opts, batch_size=64, seed=4)
+        got = ids(ds)
+    assert got == list(ShardSampler(index, seed=4, groups=ds.groups))
+    spans = [(a, b, path) for m, path, _, a, b in proxy.timeline if m == "GET"]
+    answered = min(b for _, b, _ in spans)
+    early = [path for a, _, path in spans if a < answered]
+    pieces = sum(1 for n in SIZES if n)  # one block: every non-empty shard's piece
+    assert 1 <= len(early) <= pieces and len(set(early)) == len(early)  # a shard each
+    assert len(spans) > pieces
+
+
+@pytest.mark.usefixtures("one_row_group_a_group")
 def test_a_shards_groups_are_fetched_together_from_s3(s3: Any) -> None:
     """Off local disk, the groups of a shard that are started together are fetched in one
     coalesced read (object stores want fewer, larger requests), each still decoded alone;
-    the reading's first group alone."""
+    the first group of each piece of the first block alone (the first batch's)."""
     from tests.s3proxy import counting_proxy
 
     fs = s3.fs()
@@ -289,6 +315,7 @@ def test_a_shards_groups_are_fetched_together_from_s3(s3: Any) -> None:
     groups = sum(len(g) for g in ds.groups)
     gets = [r for r in proxy.requests if r[0] == "GET"]
     shards = sum(1 for n in SIZES if n)
-    # a GET a shard, and one more: the reading's first group is fetched alone (the first
-    # batch waits for its bytes only), the rest of its shard together
-    assert groups == 52 and len(gets) <= shards + 1 < groups
+    # two GETs a shard at most: the first block's first groups (all 7 shards' here) are
+    # fetched alone, before anything else (the first batch waits for their bytes only),
+    # the rest of each shard together
+    assert groups == 52 and len(gets) <= 2 * shards < groups

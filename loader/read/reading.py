@@ -91,6 +91,12 @@ class Reading:
         )
         if self.local is not None:
             self.inline = True  # the consumer plans; nothing is fetched ahead
+        # fetched ahead (remote): until the first slab is gathered, only the first `window`
+        # groups (the first block's first group of each piece), each alone; then all the
+        # budget allows. A first batch sent out with the budget's requests shares the
+        # store's bandwidth with all of them (measured at 30 ms, 100 MB/s a connection:
+        # ~70 requests before the first batch, 0.35 s after the dataset's construction)
+        self.opening = 0 if self.inline else window
         if reader.prefetch is not None:
             self.budget = self._prefetch_budget(reader.prefetch)
 
@@ -227,6 +233,8 @@ class Reading:
             key, shard, start, stop, charge, raw = self.upcoming
             if need is None and self.local is not None and len(started) >= self.local.room():
                 return  # (see ReadAhead.room)
+            if need is None and 0 < self.opening <= self.submitted:
+                return  # (see `opening`)
             if not self.budget.charge(charge, force=need is not None):
                 return
             self.submitted += 1
@@ -337,6 +345,7 @@ class Reading:
             if old is not None and old != g:
                 self.let_go((r, p, old))
             self.current[(r, p)] = g
+        self.opening = 0
         self.pump()
         return taken
 
