@@ -272,8 +272,8 @@ def test_readers_share_one_budget(tmp_path: Path, monkeypatch: Any) -> None:
 @pytest.mark.usefixtures("one_row_group_a_group")
 def test_the_first_batchs_groups_are_fetched_before_the_rest(s3: Any) -> None:
     """Off local disk, nothing but the first block's first group of each piece is fetched
-    until the bytes of a group the consumer waits for are in: sent out with the whole
-    budget's requests, the first batch would share the store's bandwidth with all of them.
+    until the first slab is gathered: sent out with the whole budget's requests, the first
+    batch would share the store's bandwidth with all of them.
     Behind a 40 ms proxy no answer comes sooner than 40 ms after the first GET arrived, so
     every GET that arrived before then is one of those (at most one a piece: each alone);
     the rest came after."""

@@ -79,7 +79,6 @@ class Ahead:
         self.unfetched: dict[int, list[Group]] = {}  # shard -> groups started, not fetched
         self.merge = not isinstance(fs, LocalFileSystem)  # fetch a shard's groups together
         self.halted = False  # set when a fetch fails or reading stops: no new fetch starts
-        self.arrivals = 0  # groups whose fetched bytes arrived
         self._lock = threading.Condition()  # notified when fetched bytes arrive
 
     def started(self, entries: list[Group]) -> None:
@@ -117,7 +116,6 @@ class Ahead:
     def fetched(self, entry: Group, raw: Any) -> None:
         """`entry`'s bytes arrived (in a fetching thread): decode it when its turn comes."""
         with self._lock:
-            self.arrivals += 1
             dropped = entry.dropped
             if not dropped:
                 bisect.insort(self.waiting, (entry.order, entry, raw), key=_first)
@@ -180,13 +178,6 @@ class Ahead:
                 # notified by `fetched` and by any group's end (`finish`); the timeout only
                 # guards against a path that ends a group without either
                 self._lock.wait(1.0)
-
-    def first_bytes(self, entry: Group) -> None:
-        """Wait until some group's fetched bytes have arrived, or `entry`'s reading is over
-        (loader.read.reading.Reading's `opening`)."""
-        with self._lock:
-            while not self.arrivals and not entry.future.done():
-                self._lock.wait(1.0)  # (notified by `fetched` and by any group's end)
 
     def wake(self) -> None:
         """A group's reading ended (decoded, failed, let go): a consumer waiting in `take`
