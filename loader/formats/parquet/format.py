@@ -351,7 +351,6 @@ class ParquetFormat:
         joined.release()
 
     def nbytes(self, joined: Block) -> int:
-        """Bytes the joined block holds."""
         return joined.nbytes
 
     def take(self, joined: Block, indices: Any) -> dict[str, Any]:
@@ -381,7 +380,9 @@ class ParquetFormat:
         """numpy numbers -> tensors (fresh arrays: no copy; in a DataLoader worker packed
         into one storage, see `packed`); numpy Python objects (strings) -> lists; Arrow
         columns -> lists (with kinds), else as `column_to_batch` says."""
-        arrays = {k: c for k, c in taken.items() if getattr(c, "dtype", None) not in (None, object)}
+        arrays = {
+            k: c for k, c in taken.items() if isinstance(c, np.ndarray) and not c.dtype.hasobject
+        }
         tensors = (
             packed(arrays)
             if len(arrays) > 1 and get_worker_info() is not None
