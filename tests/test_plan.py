@@ -12,7 +12,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from shardstream.sampler import ShardSampler, distinct_per_batch
-from shardstream.sampler.plan import Plan
+from shardstream.sampler.plan import Plan, stable_order
 
 
 def split(size: int, cuts: list[int]) -> list[int]:
@@ -164,3 +164,19 @@ def test_grouped_order_keeps_in_shard_randomness_unbiased_and_mixing_unchanged()
 def test_bad_groups_are_named(groups: list, message: str) -> None:
     with pytest.raises(ValueError, match=message):
         ShardSampler([10, 10], 1, 0, groups=groups)
+
+
+@settings(max_examples=60, deadline=None)
+@given(
+    st.integers(-(2**40), 2**40),
+    st.sampled_from([1, 2, 255, 256, 257, 65_535, 65_536, 65_537, 2**40]),
+    st.integers(0, 3_000),
+    st.integers(0, 2**32 - 1),
+)
+def test_stable_order_is_numpys_stable_argsort(lo: int, span: int, n: int, seed: int) -> None:
+    """The radix path (values within 8 or 16 bits of their least) and the general one give
+    numpy's stable argsort exactly: ties in their order of appearance."""
+    values = np.random.default_rng(seed).integers(lo, lo + span, n, dtype=np.int64)
+    got = stable_order(values)
+    assert got.dtype == np.int64
+    assert np.array_equal(got, np.argsort(values, kind="stable"))
