@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from collections.abc import Iterator, Mapping, Sequence
+from functools import partial
 from typing import Any
 
 import pyarrow.compute as pc
@@ -10,6 +11,7 @@ from torch.utils.data import get_worker_info
 
 from shardstream.sampler import DEFAULT_WINDOW, ShardSampler, Topology
 from shardstream.sampler.checks import IntLike, as_int
+from shardstream.sampler.epoch import shard_order
 from shardstream.sampler.plan import Plan
 from shardstream.sampler.resume import cut_segments
 
@@ -147,7 +149,13 @@ class StreamingDataset(DatasetBase):
             self.columns = pack_columns(pack, self.columns, fill_nulls, pad, locality)
         if pack is None:
             check_batch_options(self.batch_size, fill_nulls, pad, self.batch_format)
-        self.index = shared_index(source, self.storage_options, self.retry)
+        # built by the ranks (no saved index): each scans the footers of the shards its
+        # first epoch reads first (one round trip fewer before its first batch)
+        first = partial(shard_order, seed=as_int("seed", seed), epoch=0, shuffle=bool(shuffle))
+        plain = self.node.node_size is None and self.filter is None and self.split is None
+        self.index = shared_index(
+            source, self.storage_options, self.retry, first if plain else None
+        )
         check_decode(decode, allow_pickle, [self.index.format])
         if pack is not None and self.index.format == "tar":
             raise ValueError(

@@ -107,3 +107,44 @@ def test_shares_are_disjoint_contiguous_and_of_about_equal_cost(parts: int) -> N
     cost = [0 if h else 1 + n / REQUEST_BYTES for n, h in zip(sizes, hints)]
     per = [sum(cost[i] for i in part) for part in got]
     assert max(per) - min(per) <= 2 * max(cost)
+
+
+@pytest.mark.parametrize("parts", [1, 3, 8])
+def test_shares_along_an_order_are_its_runs_of_about_equal_cost(parts: int) -> None:
+    """Cut along a given order (the epoch's shard order): each part is a run of that
+    order, every shard in exactly one, costs as even as along the listing."""
+    import numpy as np
+
+    from shardstream.loader.index.build import Listing
+    from shardstream.loader.storage.filesystems import FileEntry
+
+    entries = [FileEntry(f"s{i}.parquet", 1000 + i, None) for i in range(50)]
+    listing = Listing("parquet", entries, [None] * 50)
+    order = np.random.default_rng(parts).permutation(50)
+    got = shares(listing, parts, order)
+    runs = [sorted(order[at : at + len(p)].tolist()) for at, p in zip(_starts(got), got)]
+    assert runs == [p.tolist() for p in got]  # each part is a run of `order`, ascending
+    assert sorted(i for p in got for i in p.tolist()) == list(range(50))
+    assert max(len(p) for p in got) - min(len(p) for p in got) <= 1
+
+
+def _starts(parts: list[Any]) -> list[int]:
+    out, at = [], 0
+    for p in parts:
+        out.append(at)
+        at += len(p)
+    return out
+
+
+def test_a_ranks_own_span_is_the_shards_its_bytes_share_of_the_line_covers() -> None:
+    import numpy as np
+
+    from shardstream.loader.index.distributed import _own_span
+
+    sizes = np.array([10, 10, 10, 10, 40, 10, 10], dtype=np.int64)  # 100 bytes
+    line = np.array([6, 5, 4, 3, 2, 1, 0], dtype=np.int64)
+    # bytes along the line: 6 [0,10) 5 [10,20) 4 [20,60) 3 [60,70) 2 [70,80) 1, 0
+    assert _own_span(sizes, line, 0, 2).tolist() == [6, 5, 4, 3]  # [0, 50), one more after
+    assert _own_span(sizes, line, 1, 2).tolist() == [5, 4, 3, 2, 1, 0]  # [50, 100), one before
+    assert _own_span(sizes, line, 3, 4).tolist() == [3, 2, 1, 0]  # [75, 100)
+    assert _own_span(sizes, line[:0], 0, 2).tolist() == []

@@ -5,6 +5,7 @@ stood in line; checked against what a proxy in front of moto saw."""
 from __future__ import annotations
 
 import itertools
+import json
 import random
 import time
 from pathlib import Path
@@ -18,6 +19,7 @@ from shardstream.loader.index.beside import INDEX_NAME, save_beside
 from shardstream.loader.storage.trips import Window, in_line, trip
 from tests.s3proxy import CountingProxy, Shaping, counting_proxy
 
+from .conftest import REPO, torchrun
 from .datagen import SIZES, write_dataset
 
 LATENCY = Shaping(latency_ms=40)  # the proxy's answers lag: requests sent together overlap
@@ -113,6 +115,26 @@ def test_without_an_index_the_round_trips_are_counted_as_the_proxy_sees_them(s3:
     assert st["first_in_line"] == 4 == proxy.in_line(t0, t1)
     footers = len([s for s in SIZES if s > 0])  # (an empty shard's footer is read too)
     assert footers + 3 <= st["first_requests"] <= len(made)
+
+
+def test_ranks_indexing_together_read_their_first_shards_footers_while_indexing(s3: Any) -> None:
+    """No saved index, two ranks under torchrun: rank 0 looks for an index and lists; each
+    rank scans its share of the footers, cut along the epoch's shard order, with those of
+    the shards its span begins and ends in; then its first row groups. No footer is read
+    again on the way (a share cut along the listing's order made it 5 and 3)."""
+    fs = s3.fs()
+    fs.mkdir("trips")
+    write_dataset(fs, "trips/ranks", "parquet", [30] * 8, row_group_size=10)
+    with counting_proxy(s3.endpoint_url, shaping=LATENCY) as proxy:
+        source = "s3://trips/ranks"
+        out = torchrun(REPO / "tests" / "dist" / "first_batch_trips.py", source, proxy.url)
+    trips = [
+        json.loads(line.split(" ", 1)[1])
+        for o in out
+        for line in o.splitlines()
+        if line.startswith("TRIPS")
+    ]
+    assert [t["in_line"] for t in trips] == [4, 2]
 
 
 def test_dataloader_workers_each_count_the_construction_and_their_own(s3: Any) -> None:

@@ -68,11 +68,15 @@ def expand_braces(source: str | Sequence[str]) -> str | Sequence[str]:
 REQUEST_BYTES = 1 << 20  # a request costs about what reading this many bytes costs
 
 
-def shares(listing: Listing, parts: int) -> list[npt.NDArray[np.int64]]:
+def shares(
+    listing: Listing, parts: int, order: npt.NDArray[np.int64] | None = None
+) -> list[npt.NDArray[np.int64]]:
     """The listing cut into `parts` contiguous runs of shards of about equal scanning cost:
     a request per shard, plus the bytes a scan reads (a tar's whole size, a sidecar's
     size; nothing for a deferred shard) at REQUEST_BYTES per request. Shard i goes to the
-    part its cost's midpoint falls in. The same on every process for the same listing."""
+    part its cost's midpoint falls in. The same on every process for the same listing.
+    `order` (a permutation of the listing's positions): runs of that order instead of the
+    listing's (each part's positions still ascending)."""
     n = len(listing)
     # (n,) what scanning each shard costs, in requests
     cost = np.ones(n)
@@ -86,10 +90,11 @@ def shares(listing: Listing, parts: int) -> list[npt.NDArray[np.int64]]:
     total = cost.sum()
     if total <= 0:
         cost, total = np.ones(n), float(n)
-    # (n,) the part of each shard: where the midpoint of its cost falls
-    middle = np.cumsum(cost) - cost / 2
+    line = np.arange(n, dtype=np.int64) if order is None else np.asarray(order, np.int64)
+    # (n,) the part of each shard of the line: where the midpoint of its cost falls
+    middle = np.cumsum(cost[line]) - cost[line] / 2
     part = np.minimum((middle * parts / max(total, 1e-12)).astype(np.int64), parts - 1)
-    return [np.flatnonzero(part == k) for k in range(parts)]
+    return [np.sort(line[part == k]) for k in range(parts)]
 
 
 def _list_dir(

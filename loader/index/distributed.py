@@ -89,11 +89,16 @@ def _scan_part(
     storage_options: dict[str, Any] | None,
     retry: RetryPolicy,
     where: str,
+    also: npt.NDArray[np.int64] | None = None,
 ) -> bytes | Failure:
     """The rows of the shards at `positions` (scanned here), as Arrow IPC bytes: arrays
-    travel between processes, not a pickled object a shard."""
+    travel between processes, not a pickled object a shard. `also`: more positions
+    scanned in the same requests but not returned (their parsed footers stay in this
+    process for its reads: loader.formats.parquet.meta.FOOTERS)."""
     try:
-        scanned = scan(listing.part(positions), storage_options, retry)
+        extra = np.setdiff1d(also, positions) if also is not None else np.zeros(0, np.int64)
+        every = np.concatenate([np.asarray(positions, dtype=np.int64), extra])
+        scanned = scan(listing.part(every), storage_options, retry)[: len(positions)]
         return to_ipc(scanned_rows(scanned, positions))
     except Exception as e:  # travels to every process, raised there
         return Failure.of(e, where)
@@ -115,23 +120,35 @@ def build_distributed(
     source: str | Sequence[str],
     storage_options: dict[str, Any] | None = None,
     retry: RetryPolicy | None = None,
+    order: Callable[[int], npt.NDArray[np.int64]] | None = None,
 ) -> ShardIndex:
     """Build the index of `source` with every rank of the initialized default process
     group scanning a disjoint share of the shards (contiguous runs of about equal cost:
     loader.index.build.shares). Returns the same index on every rank; an error on any rank is
-    raised on every rank."""
+    raised on every rank.
+
+    `order(n)`: the order the ranks will read the n shards in (the first epoch's shard
+    order). The shares are then runs of that order, and each rank of Parquet shards also
+    reads the footers of the shards its own span likely begins and ends in (`_own_span`):
+    its first reads find their footers parsed, not one more round trip in line (a share
+    of the listing's order is not the shards a shuffled rank reads)."""
     retry = retry or RetryPolicy()
     rank, world = dist.get_rank(), dist.get_world_size()
     t0 = time.perf_counter()
     listing, listed = _broadcast_listing(rank, source, storage_options, retry)
     t1 = time.perf_counter()
-    positions = shares(listing, world)
+    line = None if order is None else order(len(listing))
+    positions = shares(listing, world, line)
     # a deferred shard (a manifest's count) is not read: no rank scans it
     scanned = ~listing.defer
     if listing.schema_shard is not None:
         scanned[listing.schema_shard] = True
     mine = positions[rank][scanned[positions[rank]]]
-    part = _scan_part(listing, mine, storage_options, retry, f"on rank {rank}")
+    also = None
+    if line is not None and listing.format == "parquet":
+        span = _own_span(listing.sizes, line, rank, world)
+        also = span[scanned[span]]
+    part = _scan_part(listing, mine, storage_options, retry, f"on rank {rank}", also)
     t2 = time.perf_counter()
     gathered: list[Any] = [None] * world
     dist.all_gather_object(gathered, part)
@@ -164,6 +181,20 @@ def build_distributed(
         LAST_BUILD["assembling"],
     )
     return index
+
+
+def _own_span(
+    sizes: npt.NDArray[np.int64], line: npt.NDArray[np.int64], rank: int, world: int
+) -> npt.NDArray[np.int64]:
+    """The shards of `line` that rank `rank` of `world` likely reads (records before the
+    index is built are unknown: bytes stand for them), and one more at either end."""
+    if not line.size:
+        return line
+    ends = np.cumsum(sizes[line], dtype=np.float64)
+    lo, hi = ends[-1] * rank / world, ends[-1] * (rank + 1) / world
+    first = int(np.searchsorted(ends, lo, side="right"))
+    last = int(np.searchsorted(ends, hi, side="left"))
+    return line[max(0, first - 1) : min(line.size, last + 2)]
 
 
 def _broadcast_listing(
@@ -237,11 +268,15 @@ def _on_rank_0(load: Callable[[], T], what: str) -> T:
 
 
 def shared_index(
-    source: Any, storage_options: dict[str, Any] | None, retry: RetryPolicy
+    source: Any,
+    storage_options: dict[str, Any] | None,
+    retry: RetryPolicy,
+    order: Callable[[int], npt.NDArray[np.int64]] | None = None,
 ) -> ShardIndex:
     """The dataset's index, built once per job: as given (a ShardIndex); without a process
     group (or with one rank), built or loaded here; under one, a saved index read by rank
-    0 and broadcast, else built by all ranks (`build_distributed`)."""
+    0 and broadcast, else built by all ranks (`build_distributed`, `order` its reading
+    order of the shards)."""
     if isinstance(source, ShardIndex):
         return source
     if not (dist.is_available() and dist.is_initialized()) or dist.get_world_size() == 1:
@@ -251,7 +286,9 @@ def shared_index(
     if isinstance(source, str) and source.endswith(INDEX_SUFFIXES):
         return _broadcast_saved(source, storage_options)
     beside = _on_rank_0(lambda: _beside(source, storage_options), "the index beside the shards")
-    return beside if beside is not None else build_distributed(source, storage_options, retry)
+    if beside is not None:
+        return beside
+    return build_distributed(source, storage_options, retry, order)
 
 
 def _beside(source: Any, storage_options: dict[str, Any] | None) -> ShardIndex | None:
