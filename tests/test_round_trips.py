@@ -20,7 +20,8 @@ from shardstream.loader.storage.trips import Window, in_line, trip
 from tests.s3proxy import CountingProxy, Shaping, counting_proxy
 
 from .conftest import REPO, torchrun
-from .datagen import SIZES, write_dataset
+from .datagen import SIZES, parquet_table, write_dataset
+from .rowdata import rows_of
 
 LATENCY = Shaping(latency_ms=40)  # the proxy's answers lag: requests sent together overlap
 
@@ -104,6 +105,25 @@ def test_from_a_saved_index_the_first_batch_is_two_round_trips(s3: Any) -> None:
     assert all(method == "GET" and rng for method, _, rng, *_ in made)  # ranged reads only
     assert 2 <= st["first_requests"] <= len(made)
     assert 0 < st["first_item_s"] < t1 - t0
+
+
+def test_a_first_batch_over_several_groups_sends_their_reads_together(s3: Any) -> None:
+    """A first batch of 64 records of 20 KB from one shard read in storage order spans 5
+    read groups (of at least 256 KiB): the groups it needs go out together once the
+    consumer needs them, not each after the one before came (that was 6 in line)."""
+    fs = s3.fs()
+    fs.mkdir("trips")
+    write_dataset(fs, "trips/wide", "parquet", [200], row_group_size=2, payload=20_000)
+    index = ShardIndex.build("s3://trips/wide", s3.storage_options)
+    save_beside(index, f"s3://trips/wide/{INDEX_NAME}", s3.storage_options)
+    with counting_proxy(s3.endpoint_url, shaping=LATENCY) as proxy:
+        opts = {"client_kwargs": {"endpoint_url": proxy.url}}
+        ds = StreamingDataset("s3://trips/wide", storage_options=opts, batch_size=64, shuffle=False)
+        batch = next(iter(ds))
+    assert list(rows_of(batch, batch=True)) == parquet_table(0, 200, 20_000)[:64].to_pylist()
+    assert ds.stats()["first_in_line"] == 2
+    reads = sorted((r for r in proxy.timeline if r[1].endswith(".parquet")), key=lambda r: r[3])
+    assert reads[1][3] < reads[0][4]  # the second read was sent before the first came
 
 
 def test_without_an_index_the_round_trips_are_counted_as_the_proxy_sees_them(s3: Any) -> None:

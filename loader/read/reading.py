@@ -91,13 +91,9 @@ class Reading:
         )
         if self.local is not None:
             self.inline = True  # the consumer plans; nothing is fetched ahead
-        # fetched ahead (remote): until the first slab is gathered, only the first `window`
-        # groups (the first block's first group of each piece), each alone; then all the
-        # budget allows. Sent out with the budget's requests, the first batch shares the
-        # store's bandwidth, and this process's cores, with them (at 30 ms, 100 MB/s a
-        # connection: ~70 requests, 0.35 s after construction). Ending the opening when
-        # the first bytes arrive instead (before their decode) made the first record later
-        # again on 2 cores (0.67 s against the raw loop's 0.59), for no clear throughput.
+        # fetched ahead (remote): until the first slab is gathered, only the first block's
+        # first group of each piece (and what the slab needs), then all the budget allows
+        # (docs/how-it-works.md, "The reader"; ending it at the first bytes was no better)
         self.opening = 0 if self.inline else window
         if reader.prefetch is not None:
             self.budget = self._prefetch_budget(reader.prefetch)
@@ -201,14 +197,17 @@ class Reading:
                 for p, g in plan.group_schedule(bi, int(lo), int(hi)):
                     yield (r, p, g), plan
 
-    def pump(self, need: Key | None = None) -> None:
+    def pump(self, *need: Key) -> None:
         """Start reading scheduled groups while their estimates fit the budget; with `need`
-        (a group the consumer waits for), up to that one whatever the budget says. The
-        groups started in one call are all registered before any fetch begins, so a fetch
-        can take along the later groups of its shard (see `Ahead.claim`)."""
+        (groups the consumer waits for), up to the last of them whatever the budget says.
+        The groups started in one call are all registered before any fetch begins, so a
+        fetch can take along the later groups of its shard (see `Ahead.claim`)."""
+        missing = {k for k in need if k not in self.groups}
+        if need and not missing:
+            return
         started: list[Group] = []
         try:
-            self._start(need, started)
+            self._start(missing, started)
         finally:
             self._started(started)
 
@@ -224,21 +223,23 @@ class Reading:
             else:
                 self.pool.submit(self.reader.fetch, self.fs, entry)
 
-    def _start(self, need: Key | None, started: list[Group]) -> None:
-        while need is None or need not in self.groups:
+    def _start(self, need: set[Key], started: list[Group]) -> None:
+        ahead = not need  # (else up to the last group needed)
+        while ahead or need:
             if self.upcoming is None:
                 self.upcoming = self._next_scheduled()
                 if self.upcoming is None:
-                    if need is not None:
-                        raise RuntimeError(f"read group {need} is not in the reading schedule")
+                    if need:
+                        raise RuntimeError(f"read groups {need} are not in the reading schedule")
                     return
             key, shard, start, stop, charge, raw = self.upcoming
-            if need is None and self.local is not None and len(started) >= self.local.room():
+            if ahead and self.local is not None and len(started) >= self.local.room():
                 return  # (see ReadAhead.room)
-            if need is None and 0 < self.opening <= self.submitted:
+            if ahead and 0 < self.opening <= self.submitted:
                 return  # (see `opening`)
-            if not self.budget.charge(charge, force=need is not None):
+            if not self.budget.charge(charge, force=not ahead):
                 return
+            need.discard(key)
             self.submitted += 1
             entry = Group(self.submitted, shard, (start, stop), (charge, raw), self.ahead)
             entry.stored = self.fmt.piece_bytes(self.reader.index.shards[shard], start, stop)
@@ -261,7 +262,7 @@ class Reading:
     def wait(self, key: Key) -> tuple[Any, int]:
         """(the decoded block of group `key`, its first row), reading it now if needed."""
         if key not in self.groups:
-            self.pump(need=key)
+            self.pump(key)
         entry = self.groups[key]
         if self.local is not None:
             if not entry.future.done():
@@ -325,9 +326,10 @@ class Reading:
         `_distinct` of them), or (`select`) a Selection of them, taken later; then the
         groups the pieces have moved past are let go."""
         keys, which, _, last = found
-        for p, g in keys:  # all needed now: their decoding need not wait for the cushion
-            entry = self.groups.get((r, p, g))
-            if entry is not None and not entry.needed:
+        self.pump(*[(r, p, g) for p, g in keys])  # all needed: started together
+        for p, g in keys:  # their decoding need not wait for the cushion
+            entry = self.groups[(r, p, g)]
+            if not entry.needed:
                 self.ahead.need(entry)
         held = [self.wait((r, p, g)) for p, g in keys]
         firsts = np.array([first for _, first in held], dtype=np.int64)
