@@ -159,7 +159,9 @@ def test_ranks_indexing_together_read_their_first_shards_footers_while_indexing(
 
 def test_dataloader_workers_each_count_the_construction_and_their_own(s3: Any) -> None:
     _saved(s3, "w")
-    with counting_proxy(s3.endpoint_url, shaping=LATENCY) as proxy:
+    # answers 150 ms late: two forked workers' first reads, sent together, overlap even
+    # when a loaded machine starts a worker's fetching thread late (it once failed at 40)
+    with counting_proxy(s3.endpoint_url, shaping=Shaping(latency_ms=150)) as proxy:
         opts = {"client_kwargs": {"endpoint_url": proxy.url}}
         ds = StreamingDataset("s3://trips/w", storage_options=opts, batch_size=32)
         loader = DataLoader(ds, batch_size=None, num_workers=2, multiprocessing_context="fork")
