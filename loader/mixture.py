@@ -21,12 +21,15 @@ from __future__ import annotations
 
 from collections.abc import Iterator, Mapping, Sequence
 from concurrent.futures import ThreadPoolExecutor
+from functools import partial
 from typing import Any
 
 from torch.utils.data import get_worker_info
 
 from shardstream.sampler import DEFAULT_WINDOW, MixtureSampler
-from shardstream.sampler.checks import IntLike
+from shardstream.sampler.checks import IntLike, as_int
+from shardstream.sampler.epoch import shard_order
+from shardstream.sampler.mixture import stream_seed
 from shardstream.sampler.resume import Segment, cut_segments
 
 from .base import RECORD_STEP, init_signature
@@ -142,8 +145,18 @@ class MixtureDataset(MixtureEpochs):
             check_batch_options(self.batch_size, fill_nulls, pad)
         if check_batch_format(batch_format, self.batch_size, pack) != "torch":
             raise ValueError(f"batch_format={batch_format!r}: a mixture's batches are torch's")
+        # built by the ranks (no saved index): each scans the footers of the shards its
+        # first pass of each stream reads first (a stream's pass is a ShardSampler epoch)
+        plain, on = pack is None and local_world_size is None, bool(shuffle)
+        first = [
+            partial(shard_order, seed=stream_seed(as_int("seed", seed), n), epoch=0, shuffle=on)
+            if plain and s.filter is None and s.split is None
+            else None
+            for s, n in zip(self.streams, self.names)
+        ]
         self.sources = [
-            shared_index(s.source, o, self.retry) for s, o in zip(streams, self.options)
+            shared_index(s.source, o, self.retry, f)
+            for s, o, f in zip(streams, self.options, first)
         ]
         self.indexes = [  # each stream's records: all, or those its filter and split select
             select(i, self._make_format(i, None, None), s.filter, s.split, int(seed), o, self.retry)

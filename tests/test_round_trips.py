@@ -12,6 +12,7 @@ from pathlib import Path
 from typing import Any
 
 import fsspec
+import pytest
 from torch.utils.data import DataLoader
 
 from shardstream.loader import ShardIndex, StreamingDataset
@@ -137,24 +138,33 @@ def test_without_an_index_the_round_trips_are_counted_as_the_proxy_sees_them(s3:
     assert footers + 3 <= st["first_requests"] <= len(made)
 
 
-def test_ranks_indexing_together_read_their_first_shards_footers_while_indexing(s3: Any) -> None:
+@pytest.mark.parametrize("streams", [1, 2])
+def test_ranks_indexing_together_read_their_first_shards_footers_while_indexing(
+    s3: Any, streams: int
+) -> None:
     """No saved index, two ranks under torchrun: rank 0 looks for an index and lists; each
-    rank scans its share of the footers, cut along the epoch's shard order, with those of
-    the shards its span begins and ends in; then its first row groups. No footer is read
-    again on the way (a share cut along the listing's order made it 5 and 3)."""
+    rank scans its share of the footers, cut along the epoch's shard order (a mixture: each
+    stream's first pass), with those of the shards its span begins and ends in; then its
+    first row groups. No footer is read again on the way (a share cut along the listing's
+    order made it one round trip more: 5 and 3, a mixture of two 8 and 4)."""
     fs = s3.fs()
     fs.mkdir("trips")
-    write_dataset(fs, "trips/ranks", "parquet", [30] * 8, row_group_size=10)
+    sources = []
+    for k in range(streams):
+        write_dataset(fs, f"trips/ranks{k}", "parquet", [30] * 8, row_group_size=10)
+        sources.append(f"s3://trips/ranks{k}")
     with counting_proxy(s3.endpoint_url, shaping=LATENCY) as proxy:
-        source = "s3://trips/ranks"
-        out = torchrun(REPO / "tests" / "dist" / "first_batch_trips.py", source, proxy.url)
+        script = REPO / "tests" / "dist" / "first_batch_trips.py"
+        out = torchrun(script, proxy.url, *sources)
     trips = [
         json.loads(line.split(" ", 1)[1])
         for o in out
         for line in o.splitlines()
         if line.startswith("TRIPS")
     ]
-    assert [t["in_line"] for t in trips] == [4, 2]
+    # rank 0: per stream the look for an index, the listing, the footers; rank 1: per
+    # stream the footers; then each its first row groups
+    assert [t["in_line"] for t in trips] == [3 * streams + 1, streams + 1]
 
 
 def test_dataloader_workers_each_count_the_construction_and_their_own(s3: Any) -> None:
