@@ -23,8 +23,8 @@ from .columns.kinds import Kind, kinds_of
 from .formats import Format
 from .formats.tar.decode import DecodeSpec
 from .formats.tar.format import check_tar_columns
-from .index.distributed import shared_index
 from .index.shard_index import ShardIndex
+from .index.shared import shared_index
 from .index.table import ShardGroups
 from .mixture import MixtureDataset
 from .options import Transform, check_batch_options, check_decode

@@ -38,7 +38,7 @@ from .columns.batching import regroup
 from .formats import Format
 from .formats.tar.decode import DecodeSpec
 from .formats.tar.format import check_tar_columns
-from .index.distributed import shared_index
+from .index.shared import shared_indexes
 from .index.table import ShardGroups
 from .mixture_epochs import MixtureEpochs
 from .options import Transform, check_batch_options, check_decode
@@ -154,10 +154,7 @@ class MixtureDataset(MixtureEpochs):
             else None
             for s, n in zip(self.streams, self.names)
         ]
-        self.sources = [
-            shared_index(s.source, o, self.retry, f)
-            for s, o, f in zip(streams, self.options, first)
-        ]
+        self.sources = shared_indexes([s.source for s in streams], self.options, self.retry, first)
         self.indexes = [  # each stream's records: all, or those its filter and split select
             select(i, self._make_format(i, None, None), s.filter, s.split, int(seed), o, self.retry)
             for s, i, o in zip(self.streams, self.sources, self.options)

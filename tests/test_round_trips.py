@@ -15,7 +15,7 @@ import fsspec
 import pytest
 from torch.utils.data import DataLoader
 
-from shardstream.loader import ShardIndex, StreamingDataset
+from shardstream.loader import ShardIndex, Stream, StreamingDataset
 from shardstream.loader.index.beside import INDEX_NAME, save_beside
 from shardstream.loader.storage.trips import Window, in_line, trip
 from tests.s3proxy import CountingProxy, Shaping, counting_proxy
@@ -67,7 +67,8 @@ def test_a_window_sees_the_requests_made_while_it_is_open() -> None:
 
 def _bucket(s3: Any, name: str) -> None:
     fs = s3.fs()
-    fs.mkdir("trips")
+    if not fs.exists("trips"):
+        fs.mkdir("trips")
     write_dataset(fs, f"trips/{name}", "parquet", SIZES, row_group_size=40)
 
 
@@ -142,11 +143,13 @@ def test_without_an_index_the_round_trips_are_counted_as_the_proxy_sees_them(s3:
 def test_ranks_indexing_together_read_their_first_shards_footers_while_indexing(
     s3: Any, streams: int
 ) -> None:
-    """No saved index, two ranks under torchrun: rank 0 looks for an index and lists; each
-    rank scans its share of the footers, cut along the epoch's shard order (a mixture: each
-    stream's first pass), with those of the shards its span begins and ends in; then its
-    first row groups. No footer is read again on the way (a share cut along the listing's
-    order made it one round trip more: 5 and 3, a mixture of two 8 and 4)."""
+    """No saved index, two ranks under torchrun: rank 0 looks for an index (a mixture's
+    streams' all at once) and lists; each rank scans its share of the footers, cut along
+    the epoch's shard order (a mixture: each stream's first pass), with those of the shards
+    its span begins and ends in; then its first row groups. No footer is read again on the
+    way (a share cut along the listing's order made it one round trip more: 5 and 3; a
+    mixture of two 8 and 4, and 7 and 3 while its streams' looks went one after the
+    other)."""
     fs = s3.fs()
     fs.mkdir("trips")
     sources = []
@@ -162,9 +165,28 @@ def test_ranks_indexing_together_read_their_first_shards_footers_while_indexing(
         for line in o.splitlines()
         if line.startswith("TRIPS")
     ]
-    # rank 0: per stream the look for an index, the listing, the footers; rank 1: per
-    # stream the footers; then each its first row groups
-    assert [t["in_line"] for t in trips] == [3 * streams + 1, streams + 1]
+    # rank 0: the looks for an index, then per stream the listing and the footers; rank 1:
+    # per stream the footers; then each its first row groups
+    assert [t["in_line"] for t in trips] == [2 * streams + 2, streams + 1]
+
+
+def test_a_mixtures_streams_are_indexed_together(s3: Any) -> None:
+    """One process, two streams behind a 40 ms proxy: their indexes are looked for (and
+    listed and scanned) at once, each step one round trip for both, then the first row
+    groups: 2 in line from saved indexes, 4 without (3 and 7 one stream after the other)."""
+    for name in ("m0", "m1"):
+        _saved(s3, name)
+    for name in ("n0", "n1"):
+        _bucket(s3, name)
+    for names, want in ((("m0", "m1"), 2), (("n0", "n1"), 4)):
+        with counting_proxy(s3.endpoint_url, shaping=LATENCY) as proxy:
+            opts = {"client_kwargs": {"endpoint_url": proxy.url}}
+            streams = [Stream(f"s3://trips/{n}", weight=1.0) for n in names]
+            t0 = time.monotonic()
+            ds = StreamingDataset(streams, storage_options=opts, batch_size=64)
+            next(iter(ds))
+            t1 = time.monotonic()
+        assert ds.stats()["first_in_line"] == want <= proxy.in_line(t0, t1), names
 
 
 def test_dataloader_workers_each_count_the_construction_and_their_own(s3: Any) -> None:

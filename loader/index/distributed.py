@@ -5,6 +5,7 @@ Under an initialized torch.distributed process group (`build_distributed`):
     rank 0      discover(source)              the listing (or manifest), once
     broadcast   the listing                   every rank gets the same shard order
     rank r      scan(share r)                 1/R of the footers, headers or sidecars
+                                              (a run of the order the ranks will read)
     all_gather  the parts                     every rank gets every part
     every rank  assemble(listing, parts)      the same index, on every rank
 
@@ -12,7 +13,8 @@ Every rank takes part in both collectives whatever happens: an exception while l
 or scanning travels in the collective as its type and message, and every rank then raises
 the same error (the first failing rank's, which names the shard), so no rank is left
 waiting. `build_parallel` does the same split over worker processes on one machine
-(``shardstream-plan --index-workers N``).
+(``shardstream-plan --index-workers N``). When a dataset builds rather than loads its
+index: loader.index.shared.
 """
 
 from __future__ import annotations
@@ -35,11 +37,10 @@ from ..errors import ShardError, StaleIndexError, StaleSidecarError
 from ..storage.filesystems import filesystem
 from ..storage.retry import RetryPolicy
 from .assemble import assemble_rows, from_ipc, scanned_rows, to_ipc
-from .beside import fetch_beside
 from .build import SCAN_BATCH, Listing, discover, scan, shares
-from .shard_index import INDEX_SUFFIXES, ShardIndex
+from .shard_index import ShardIndex
 
-__all__ = ["Failure", "build_distributed", "build_parallel", "per_shard", "shared_index"]
+__all__ = ["Failure", "build_distributed", "build_parallel", "per_shard"]
 
 T = TypeVar("T")
 
@@ -245,61 +246,6 @@ def _connect(source: str | Sequence[str], storage_options: dict[str, Any] | None
             connect()
     except Exception as e:  # the scan reports what is wrong
         log.debug("connecting for %s: %s", url, e)
-
-
-def _broadcast_saved(source: str, storage_options: dict[str, Any] | None) -> ShardIndex:
-    """A saved index: rank 0 reads it, the others get it from rank 0 (one read, not R)."""
-    return _on_rank_0(lambda: ShardIndex.load(source, storage_options), "the saved index")
-
-
-def _on_rank_0(load: Callable[[], T], what: str) -> T:
-    """`load()` on rank 0, broadcast to every rank; its error raised on every rank."""
-    box: list[Any] = [None]
-    if dist.get_rank() == 0:
-        try:
-            box[0] = load()  # pickles as its arrays
-        except Exception as e:
-            box[0] = Failure.of(e, f"on rank 0, loading {what}")
-    dist.broadcast_object_list(box, src=0)
-    if isinstance(box[0], Failure):
-        raise box[0].error()
-    loaded: T = box[0]
-    return loaded
-
-
-def shared_index(
-    source: Any,
-    storage_options: dict[str, Any] | None,
-    retry: RetryPolicy,
-    order: Callable[[int], npt.NDArray[np.int64]] | None = None,
-) -> ShardIndex:
-    """The dataset's index, built once per job: as given (a ShardIndex); without a process
-    group (or with one rank), built or loaded here; under one, a saved index read by rank
-    0 and broadcast, else built by all ranks (`build_distributed`, `order` its reading
-    order of the shards)."""
-    if isinstance(source, ShardIndex):
-        return source
-    if not (dist.is_available() and dist.is_initialized()) or dist.get_world_size() == 1:
-        return ShardIndex.resolve(source, storage_options, retry=retry)
-    if not isinstance(source, str | list | tuple):
-        return ShardIndex.resolve(source)  # raises the same ValueError on every rank
-    if isinstance(source, str) and source.endswith(INDEX_SUFFIXES):
-        return _broadcast_saved(source, storage_options)
-    beside = _on_rank_0(lambda: _beside(source, storage_options), "the index beside the shards")
-    if beside is not None:
-        return beside
-    return build_distributed(source, storage_options, retry, order)
-
-
-def _beside(source: Any, storage_options: dict[str, Any] | None) -> ShardIndex | None:
-    """The index saved beside the shards of `source` (loader.index.beside), as rank 0
-    finds and loads it (one request), or None."""
-    try:
-        found = fetch_beside(source, storage_options)
-    except Exception as e:  # the build that follows names what is wrong
-        log.debug("looking for an index beside %s: %s", source, e)
-        return None
-    return None if found is None else ShardIndex.load(found[0], storage_options, found[1])
 
 
 def build_parallel(

@@ -10,7 +10,7 @@ import sys
 
 import torch.distributed as dist
 
-from shardstream.loader.index.distributed import shared_index
+from shardstream.loader.index.shared import shared_index
 from shardstream.loader.storage.retry import RetryPolicy, bytes_fetched
 
 dist.init_process_group(backend="gloo")

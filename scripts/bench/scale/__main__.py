@@ -64,7 +64,8 @@ def rank_job(manifest: str) -> None:
     """One rank's part under torchrun: the index built by all ranks, between barriers."""
     import torch.distributed as dist
 
-    from shardstream.loader.index.distributed import LAST_BUILD, shared_index
+    from shardstream.loader.index.distributed import LAST_BUILD
+    from shardstream.loader.index.shared import shared_index
     from shardstream.loader.storage.retry import RetryPolicy
 
     dist.init_process_group("gloo")

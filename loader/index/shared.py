@@ -1,0 +1,127 @@
+"""A dataset's index, got once per job: given, loaded, or built; by one process or by all the
+ranks of a process group (loader.index.distributed).
+
+    no process group    ShardIndex.resolve: a saved index, one beside the shards, or a build
+    a process group     rank 0 reads a saved index (or one beside the shards) and broadcasts
+                        it; without one, every rank builds a share (build_distributed)
+
+A mixture's streams (`shared_indexes`) are got together where nothing orders them: without
+a process group each on a thread of its own, so their requests stand in line once, not once
+a stream; under one, rank 0 looks for all their saved indexes at once (one broadcast), then
+the streams without one are built by all ranks, one after the other (collectives are one at
+a time).
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Callable, Sequence
+from concurrent.futures import ThreadPoolExecutor
+from typing import Any, TypeVar
+
+import numpy as np
+import numpy.typing as npt
+import torch.distributed as dist
+
+from ..storage.retry import RetryPolicy
+from .beside import fetch_beside
+from .distributed import Failure, build_distributed
+from .shard_index import INDEX_SUFFIXES, ShardIndex
+
+__all__ = ["shared_index", "shared_indexes"]
+
+T = TypeVar("T")
+Order = Callable[[int], npt.NDArray[np.int64]]  # n shards -> the order ranks read them in
+
+log = logging.getLogger(__name__)
+
+
+def _grouped() -> bool:
+    """Whether an initialized process group of more than one rank is there."""
+    return dist.is_available() and dist.is_initialized() and dist.get_world_size() > 1
+
+
+def _on_rank_0(load: Callable[[], T], what: str) -> T:
+    """`load()` on rank 0, broadcast to every rank; its error raised on every rank."""
+    box: list[Any] = [None]
+    if dist.get_rank() == 0:
+        try:
+            box[0] = load()  # pickles as its arrays
+        except Exception as e:
+            box[0] = Failure.of(e, f"on rank 0, loading {what}")
+    dist.broadcast_object_list(box, src=0)
+    if isinstance(box[0], Failure):
+        raise box[0].error()
+    loaded: T = box[0]
+    return loaded
+
+
+def _saved(source: Any, storage_options: dict[str, Any] | None) -> ShardIndex | None:
+    """On rank 0: the saved index `source` names, or the one saved beside its shards
+    (loader.index.beside, one request), or None."""
+    if isinstance(source, str) and source.endswith(INDEX_SUFFIXES):
+        return ShardIndex.load(source, storage_options)
+    try:
+        found = fetch_beside(source, storage_options)
+    except Exception as e:  # the build that follows names what is wrong
+        log.debug("looking for an index beside %s: %s", source, e)
+        return None
+    return None if found is None else ShardIndex.load(found[0], storage_options, found[1])
+
+
+def _loadable(source: Any) -> bool:
+    return not isinstance(source, ShardIndex) and isinstance(source, str | list | tuple)
+
+
+def shared_index(
+    source: Any,
+    storage_options: dict[str, Any] | None,
+    retry: RetryPolicy,
+    order: Order | None = None,
+) -> ShardIndex:
+    """The dataset's index, built once per job: as given (a ShardIndex); without a process
+    group (or with one rank), built or loaded here; under one, a saved index read by rank
+    0 and broadcast, else built by all ranks (`build_distributed`, `order` its reading
+    order of the shards)."""
+    return shared_indexes([source], [storage_options], retry, [order])[0]
+
+
+def shared_indexes(
+    sources: Sequence[Any],
+    storage_options: Sequence[dict[str, Any] | None],
+    retry: RetryPolicy,
+    orders: Sequence[Order | None],
+) -> list[ShardIndex]:
+    """`shared_index` of each source (a mixture's streams), got together (see the module's
+    docstring); an error is the first stream's that failed."""
+    if not _grouped():
+        if len(sources) == 1:
+            return [_resolve(sources[0], storage_options[0], retry)]
+        with ThreadPoolExecutor(len(sources), thread_name_prefix="shardstream-index") as pool:
+            got = [pool.submit(_resolve, s, o, retry) for s, o in zip(sources, storage_options)]
+            return [f.result() for f in got]
+
+    def saved() -> list[ShardIndex | None]:
+        todo = [k for k, s in enumerate(sources) if _loadable(s)]
+        if len(todo) <= 1:
+            return [_saved(s, o) if k in todo else None for k, (s, o) in enumerate(pairs)]
+        with ThreadPoolExecutor(len(todo), thread_name_prefix="shardstream-index") as pool:
+            got = {k: pool.submit(_saved, *pairs[k]) for k in todo}
+            return [got[k].result() if k in got else None for k in range(len(sources))]
+
+    pairs = list(zip(sources, storage_options))
+
+    found = _on_rank_0(saved, "the saved index" if len(sources) == 1 else "the saved indexes")
+    out = []
+    for source, options, order, index in zip(sources, storage_options, orders, found):
+        if isinstance(source, ShardIndex):
+            out.append(source)
+        elif not _loadable(source):
+            out.append(ShardIndex.resolve(source))  # raises the same ValueError on every rank
+        else:
+            out.append(index or build_distributed(source, options, retry, order))
+    return out
+
+
+def _resolve(source: Any, storage_options: dict[str, Any] | None, retry: RetryPolicy) -> ShardIndex:
+    return ShardIndex.resolve(source, storage_options, retry=retry)
