@@ -148,3 +148,16 @@ def test_a_ranks_own_span_is_the_shards_its_bytes_share_of_the_line_covers() -> 
     assert _own_span(sizes, line, 1, 2).tolist() == [5, 4, 3, 2, 1, 0]  # [50, 100), one before
     assert _own_span(sizes, line, 3, 4).tolist() == [3, 2, 1, 0]  # [75, 100)
     assert _own_span(sizes, line[:0], 0, 2).tolist() == []
+
+
+def test_one_rank_reads_a_given_index_while_the_others_wait(tmp_path: Path) -> None:
+    """A dataset given its ShardIndex under a process group asks no other rank for
+    anything: rank 0 alone reads every record while the others wait at a barrier."""
+    import pyarrow.dataset as pds
+
+    write_dataset(LOCAL, str(tmp_path / "p"), "parquet")
+    out = torchrun(
+        REPO / "tests" / "dist" / "index_given_one_rank.py", str(tmp_path / "p"), timeout=120
+    )
+    rows = [json.loads(x.split(" ", 1)[1]) for x in out[0].splitlines() if x.startswith("ROWS")]
+    assert rows == [pds.dataset(str(tmp_path / "p")).to_table().to_pylist()]

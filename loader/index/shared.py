@@ -101,6 +101,8 @@ def shared_indexes(
             got = [pool.submit(_resolve, s, o, retry) for s, o in zip(sources, storage_options)]
             return [f.result() for f in got]
 
+    pairs = list(zip(sources, storage_options))
+
     def saved() -> list[ShardIndex | None]:
         todo = [k for k, s in enumerate(sources) if _loadable(s)]
         if len(todo) <= 1:
@@ -109,17 +111,22 @@ def shared_indexes(
             got = {k: pool.submit(_saved, *pairs[k]) for k in todo}
             return [got[k].result() if k in got else None for k in range(len(sources))]
 
-    pairs = list(zip(sources, storage_options))
-
-    found = _on_rank_0(saved, "the saved index" if len(sources) == 1 else "the saved indexes")
+    # (no collective where nothing is loaded: a ShardIndex given needs no other rank)
+    found = (
+        _on_rank_0(saved, "the saved index" if len(sources) == 1 else "the saved indexes")
+        if any(_loadable(s) for s in sources)
+        else [None] * len(sources)
+    )
     out = []
     for source, options, order, index in zip(sources, storage_options, orders, found):
         if isinstance(source, ShardIndex):
             out.append(source)
         elif not _loadable(source):
             out.append(ShardIndex.resolve(source))  # raises the same ValueError on every rank
+        elif index is not None:
+            out.append(index)
         else:
-            out.append(index or build_distributed(source, options, retry, order))
+            out.append(build_distributed(source, options, retry, order))
     return out
 
 
