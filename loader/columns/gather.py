@@ -124,13 +124,13 @@ class Block:
                 # measured 0.07 s a pass of 131,072 500-byte strings for Arrow's take
                 # across the groups, ~0.01 s this way (Arrow's take joins the chunks of
                 # strings first: a mixture's slab spans 20-30 groups, 0.5-1.5 ms a take)
-                col = pa.chunked_array(chunks, type=parts[0].schema.field(name).type)
+                col = pa.chunked_array(chunks, type=types[name])
                 self._object_bytes += col.nbytes + OBJECT_BYTES * len(col)
                 array = np.fromiter(python_values(col, name), dtype=object, count=len(col))
             if array is not None:
                 self.arrays[name] = array
             else:
-                col = pa.chunked_array(chunks, type=parts[0].schema.field(name).type)
+                col = pa.chunked_array(chunks, type=types[name])
                 if _has_temporal(col.type) and not (kind and kind.arrow):  # a torch batch
                     # makes them Python objects: checked now
                     python_values(col, name)
