@@ -281,7 +281,7 @@ class _Memo:
             m = int(cuts[g + 1] - cuts[g])
             key = derive_key(int(plan.keys[p]), TAG_GROUP, g)
             # (m,) a keyed hash per rank, then the ranks sorted by it: a random permutation
-            held = (g, np.argsort(unit_floats(np.arange(m), key), kind="stable"))
+            held = (g, hash_order(unit_floats(np.arange(m), key)))
             self._inside[p] = held
         return held[1]
 
@@ -298,6 +298,19 @@ def _runs_of(values: I64Array) -> list[I64Array]:
         ordered = values[order]
     cuts = np.flatnonzero(ordered[1:] != ordered[:-1]) + 1
     return np.split(order, cuts) if cuts.size else [order]
+
+
+def hash_order(values: npt.NDArray[np.float64]) -> I64Array:
+    """``np.argsort(values, kind="stable")`` of keyed hashes, 3-4 times faster: numpy's
+    quicksort, whose order is the same wherever no two values are equal (hashes of 53 bits:
+    a tie is rare, and then the stable sort is done instead). Measured, 1,024 fresh hashes:
+    38-42 us stable, 11-13 this way; the stable sort stays where the values lie in sorted
+    runs (`mixing._slice`: timsort merges them, 3 times faster than quicksort)."""
+    order = np.argsort(values)
+    ordered = values[order]
+    if bool((ordered[1:] == ordered[:-1]).any()):
+        return np.argsort(values, kind="stable")
+    return order
 
 
 def stable_order(values: I64Array) -> I64Array:

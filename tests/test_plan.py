@@ -12,7 +12,8 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from shardstream.sampler import ShardSampler, distinct_per_batch
-from shardstream.sampler.plan import Plan, stable_order
+from shardstream.sampler.keyed import unit_floats
+from shardstream.sampler.plan import Plan, hash_order, stable_order
 
 
 def split(size: int, cuts: list[int]) -> list[int]:
@@ -178,5 +179,20 @@ def test_stable_order_is_numpys_stable_argsort(lo: int, span: int, n: int, seed:
     numpy's stable argsort exactly: ties in their order of appearance."""
     values = np.random.default_rng(seed).integers(lo, lo + span, n, dtype=np.int64)
     got = stable_order(values)
+    assert got.dtype == np.int64
+    assert np.array_equal(got, np.argsort(values, kind="stable"))
+
+
+@settings(max_examples=60, deadline=None)
+@given(st.integers(0, 5_000), st.integers(0, 2**64 - 1), st.integers(0, 50))
+def test_hash_order_is_numpys_stable_argsort(n: int, key: int, tied: int) -> None:
+    """A plan's in-group order sorts keyed hashes by numpy's quicksort: the same order as
+    the stable sort the golden ids were made with, also where values tie (copied over
+    others here; the stable sort then decides)."""
+    values = unit_floats(np.arange(n), key)
+    if n > 1 and tied:
+        rng = np.random.default_rng(tied)
+        values[rng.integers(0, n, tied)] = values[rng.integers(0, n, tied)]
+    got = hash_order(values)
     assert got.dtype == np.int64
     assert np.array_equal(got, np.argsort(values, kind="stable"))
