@@ -281,3 +281,48 @@ def test_a_local_reading_charges_only_the_groups_its_thread_reads_ahead(
     ]
     assert sorted(r["id"] for r in got) == sorted(want) and all(r == want[r["id"]] for r in got)
     assert len(charged) == 24 * 8  # every group, once
+
+
+def test_a_local_mixture_starts_every_streams_first_groups_before_reading_ahead(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # three local streams share one reading thread, which reads groups in the order they
+    # are handed to it: each stream's first groups go to it before the first stream's
+    # read-ahead, so the thread reads the later streams' first groups beside the consumer
+    # (before, the first stream handed it 20 groups, and the consumer read the others' alone)
+    from shardstream.loader import Stream
+    from shardstream.loader.read.readahead import ReadAhead
+
+    for name, count in (("a", 10), ("b", 5), ("c", 1)):
+        (tmp_path / name).mkdir()
+        for s in range(count):
+            first = {"a": 0, "b": 10, "c": 15}[name] * 800 + s * 800
+            pq.write_table(_table(first, 800), tmp_path / name / f"{s}.parquet", row_group_size=100)
+    monkeypatch.setattr(
+        "shardstream.loader.formats.parquet.meta.GROUP_BYTES", 1
+    )  # a row group a group
+    handed: list[str] = []
+    real = ReadAhead.add
+
+    def spy(self: ReadAhead, entries: list[Any]) -> None:
+        handed.extend(Path(self.reader.index.shards[e.shard].url).parent.name for e in entries)
+        real(self, entries)
+
+    monkeypatch.setattr(ReadAhead, "add", spy)
+    weights = {"a": 0.6, "b": 0.3, "c": 0.1}
+    streams = [Stream(str(tmp_path / n), weight=w, name=n) for n, w in weights.items()]
+    ds = StreamingDataset(streams, batch_size=64, seed=3)
+    it = iter(ds)
+    first = next(it)
+    a_ahead = [k for k, name in enumerate(handed) if name == "a"][8]  # a's 9th: read-ahead
+    assert handed.index("b") < a_ahead and handed.index("c") < a_ahead, handed[:30]
+    # every record whole, from its stream's files
+    want = {n: _expected(sorted((tmp_path / n).glob("*.parquet"))) for n in weights}
+    names = list(weights)
+    count = 0
+    for b in [first, *it]:
+        for i, k in enumerate(b["__stream__"].tolist()):
+            row = want[names[k]][int(b["id"][i])]
+            assert b["text"][i] == row["text"] and b["vec"][i].tolist() == row["vec"]
+            count += 1
+    assert count == 16 * 800 == len(ds) * 64  # epoch_size: all streams' records

@@ -58,6 +58,7 @@ from .reading import Reading, Run
 
 __all__ = [
     "DEFAULT_MEMORY_BUDGET",
+    "OPENED",
     "SLAB",
     "MemoryBudget",
     "PlanReader",
@@ -68,6 +69,7 @@ __all__ = [
 ]
 
 
+OPENED = object()  # `parts(opened=True)` yields this first: its first groups are started
 SLAB = 2048  # records gathered at once from the groups held (then cut into parts)
 CHUNK_RECORDS = 32768  # records of the reading order computed at once (small: the first
 # records flow sooner, and the consumer thread does not hold the GIL long)
@@ -147,11 +149,15 @@ class PlanReader:
         self._lock = threading.Lock()
         self._measured = [0, 0]  # bytes decoded groups held, and what was estimated for them
 
-    def parts(self, runs: Iterable[Run], step: int, select: bool = False) -> Iterator[Any]:
+    def parts(
+        self, runs: Iterable[Run], step: int, select: bool = False, opened: bool = False
+    ) -> Iterator[Any]:
         """The runs' records in reading order, in parts of at most `step` records that end
         at multiples of `step` records from the start (so batches are single parts).
         `select` (Parquet and Arrow shards): the parts are Selections (loader.columns.gather),
-        their rows copied later (a mixture gathers its streams' parts at once)."""
+        their rows copied later (a mixture gathers its streams' parts at once). `opened`:
+        first yields OPENED once the first groups are started, before waiting on any (a
+        mixture starts every stream's so)."""
         runs = list(runs)
         if not runs or not self.index.shards:
             return
@@ -163,6 +169,8 @@ class PlanReader:
         done = 0
         try:
             reading.pump()
+            if opened:
+                yield OPENED
             for r, (plan, a, b) in enumerate(runs):
                 block: tuple[int, int] | None = None
                 for chunk in reading.ahead_of(_chunks(plan, a, b)):

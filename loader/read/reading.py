@@ -94,7 +94,10 @@ class Reading:
         # fetched ahead (remote): until the first slab is gathered, only the first block's
         # first group of each piece (and what the slab needs), then all the budget allows
         # (docs/how-it-works.md, "The reader"; ending it at the first bytes was no better)
-        self.opening = 0 if self.inline else window
+        # A local reading sharing its reading thread (a mixture's streams) opens so too:
+        # every stream's first groups go to the thread before any stream's read-ahead
+        shares_thread = self.local is not None and reader.readers is not None
+        self.opening = window if not self.inline or shares_thread else 0
         if reader.prefetch is not None:
             self.budget = self._prefetch_budget(reader.prefetch)
 
