@@ -409,3 +409,44 @@ def test_local_streams_share_one_reading_thread(
     for r in got:
         assert {k: v for k, v in r.items() if k != "__stream__"} == want[r["id"]]
         assert r["__stream__"] == r["src"]
+
+
+def test_a_batchs_gather_takes_each_decoded_group_once(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A mixture's streams hand their rows as Selections, each holding copies of its groups'
+    blocks; the batch's one gather takes a group's block once however many Selections hold
+    it (a group at the edge of two slabs is in both: a part a copy made more, smaller
+    copies); each row is still its file's row."""
+    from shardstream.loader.formats.parquet.format import ParquetFormat
+
+    for s, (name, count) in enumerate((("x", 4), ("y", 3))):  # uneven: a batch's rows of a
+        (tmp_path / name).mkdir()  # stream cross its parts' ends (a Reading.gather each)
+        for k in range(count):
+            ids = np.arange(s * 10_000 + k * 600, s * 10_000 + (k + 1) * 600, dtype=np.int64)
+            table = pa.table({"id": ids, "tok": [[int(i), int(i) + 1] for i in ids]})
+            pq.write_table(table, tmp_path / name / f"p{k}.parquet", row_group_size=50)
+    parts: list[tuple[int, int]] = []  # (blocks given, distinct groups among them)
+    real = ParquetFormat.gather
+
+    def spy(self: ParquetFormat, joined: Any, which: Any, rows: Any) -> dict[str, Any]:
+        parts.append((len(joined), len({id(b.column("id")) for b in joined})))
+        return real(self, joined, which, rows)
+
+    monkeypatch.setattr(ParquetFormat, "gather", spy)
+    monkeypatch.setattr(
+        "shardstream.loader.formats.parquet.meta.GROUP_BYTES", 1
+    )  # a row group a group
+    want = {
+        r["id"]: r
+        for p in sorted(tmp_path.glob("*/*.parquet"))
+        for r in pq.read_table(p).to_pylist()
+    }
+    ds = StreamingDataset([Stream(str(tmp_path / n)) for n in ("x", "y")], batch_size=64)
+    batches = list(ds)
+    assert parts and all(given == distinct for given, distinct in parts), parts
+    got = [i for b in batches for i in b["id"].tolist()]
+    assert sorted(got) == sorted(want)  # natural weights, one pass: each record once
+    for b in batches:
+        for i, record_id in enumerate(b["id"].tolist()):
+            assert b["tok"][i].tolist() == want[record_id]["tok"]

@@ -154,18 +154,22 @@ def _gathered(
     """The n rows of the streams' Selections at their positions `at`, taken from their
     blocks at once by one Placement (`fmt.gather`; padding is left to `fmt.cut`)."""
     blocks: list[Any] = []
-    number: dict[int, int] = {}  # id(block) -> its place in `blocks` (slices share blocks)
+    # a block -> its place in `blocks`: one place a block, however many Selections hold it
+    # (each holds copies of its blocks sharing their column dicts: keyed by those, a part
+    # a block, not a part a copy; 22 -> 16 parts a gather of the bench's mixture)
+    number: dict[int, int] = {}
     which = np.empty(n, dtype=np.int64)
     rows = np.empty(n, dtype=np.int64)
     for k in sorted(pieces):
         lo = 0
         for p in pieces[k]:
             for b in p.blocks:
-                if id(b) not in number:
-                    number[id(b)] = len(blocks)
+                if id(b.arrays) not in number:
+                    number[id(b.arrays)] = len(blocks)
                     blocks.append(b)
             places = at[k][lo : lo + len(p)]
-            which[places] = np.array([number[id(b)] for b in p.blocks], dtype=np.int64)[p.which]
+            own = [number[id(b.arrays)] for b in p.blocks]
+            which[places] = np.array(own, dtype=np.int64)[p.which]
             rows[places] = p.rows
             lo += len(p)
     taken: dict[str, Any] = fmt.gather(blocks, which, rows)
