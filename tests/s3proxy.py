@@ -22,14 +22,15 @@ import http.client
 import random
 import re
 import socket
-import sys
 import threading
 import time
 from collections.abc import Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass
-from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from http.server import BaseHTTPRequestHandler
 from urllib.parse import urlsplit
+
+from tests.httpd import QuietServer
 
 _HOP = {"connection", "keep-alive", "transfer-encoding", "te", "trailers", "upgrade"}
 _RANGE = re.compile(r"bytes=(\d+)-(\d+)")
@@ -70,19 +71,6 @@ class Shaping:
 
 
 _SLICE = 64 << 10  # a shaped body is written in slices of this many bytes
-
-
-class _Server(ThreadingHTTPServer):
-    # socketserver listens with a backlog of 5: 64 clients connecting at once (s3fs with
-    # a larger connection pool, several ranks) would see SYNs dropped and retried a
-    # second later, a delay no object store adds
-    request_queue_size = 1024
-
-    def handle_error(self, request: object, client_address: object) -> None:
-        # a client that hung up (a read given up on, the proxy closed under it) is not an
-        # error of the proxy: socketserver would print its traceback among the tests'
-        if not isinstance(sys.exc_info()[1], OSError):
-            super().handle_error(request, client_address)  # type: ignore[arg-type]
 
 
 class CountingProxy:
@@ -207,7 +195,7 @@ class CountingProxy:
 
             do_GET = do_HEAD = do_PUT = do_POST = do_DELETE = _forward
 
-        self.server = _Server(("127.0.0.1", 0), Handler)
+        self.server = QuietServer(("127.0.0.1", 0), Handler)
         self.server.daemon_threads = True
         self.url = f"http://127.0.0.1:{self.server.server_address[1]}"
 
