@@ -16,6 +16,7 @@ which threads only share out); under one, rank 0 looks for all their saved index
 from __future__ import annotations
 
 import logging
+import os
 from collections.abc import Callable, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from typing import Any, TypeVar
@@ -136,10 +137,13 @@ def shared_indexes(
 def _remote(source: Any) -> bool:
     """Whether getting the source's index waits on a network: a URL of a protocol other
     than the local disk's (a ShardIndex given waits on nothing)."""
-    if isinstance(source, ShardIndex):
+    if isinstance(source, str | os.PathLike):
+        first: Any = source
+    elif isinstance(source, list | tuple) and source:
+        first = source[0]
+    else:  # a ShardIndex given, a datasets.Dataset (local Arrow files), ...
         return False
-    first = source if isinstance(source, str) else next(iter(source), "")
-    return split_protocol(str(first))[0] not in (None, "file", "local")
+    return split_protocol(os.fspath(first))[0] not in (None, "file", "local")
 
 
 def _resolve(source: Any, storage_options: dict[str, Any] | None, retry: RetryPolicy) -> ShardIndex:
