@@ -100,15 +100,40 @@ def _made(proxy: CountingProxy, t0: float, t1: float) -> list[Any]:
 
 def test_from_a_saved_index_the_first_batch_is_two_round_trips(s3: Any) -> None:
     """The index's GET, then the first row groups (their version checked in the same
-    requests: If-Match), and nothing else in line: no listing, no footer, no HEAD."""
+    requests: If-Match), and nothing else in line: no footer, no HEAD. The prefix's first
+    listing page goes beside the index's GET (for a build, were none there), not after."""
     _saved(s3, "d")
     st, proxy, t0, t1 = _first_batch(s3, "s3://trips/d")
     made = _made(proxy, t0, t1)
     assert st["first_in_line"] == 2 == proxy.in_line(t0, t1)
-    assert made[0][:2] == ("GET", f"/trips/d/{INDEX_NAME}")
-    assert all(method == "GET" and rng for method, _, rng, *_ in made)  # ranged reads only
-    assert 2 <= st["first_requests"] <= len(made)
+    index = [r for r in made if r[:2] == ("GET", f"/trips/d/{INDEX_NAME}")]
+    listing = [r for r in made if "list-type=2" in r[1]]
+    assert len(index) == len(listing) == 1 and listing[0][3] < index[0][4]  # sent together
+    assert min(r[3] for r in made) >= min(index[0][3], listing[0][3])  # nothing before them
+    others = [r for r in made if r not in listing]
+    assert all(method == "GET" and rng for method, _, rng, *_ in others)  # ranged reads only
+    assert 3 <= st["first_requests"] <= len(made)
     assert 0 < st["first_item_s"] < t1 - t0
+
+
+def test_a_saved_index_stops_the_listing_sent_beside_its_look(s3: Any) -> None:
+    """A prefix of 2,500 more files than shards (3 listing pages) with an index beside its
+    shards: the listing sent with the look for the index stops once the index is there (no
+    page asked after the one in flight), and the first batch is still 2 in line, its rows
+    the files' own."""
+    _saved(s3, "big")
+    fs = s3.fs()
+    fs.pipe({f"trips/big/_extra/{k:05d}.txt": b"x" for k in range(2500)})
+    with counting_proxy(s3.endpoint_url, shaping=LATENCY) as proxy:
+        opts = {"client_kwargs": {"endpoint_url": proxy.url}}
+        ds = StreamingDataset("s3://trips/big", storage_options=opts, batch_size=64)
+        batch = next(iter(ds))
+        time.sleep(0.3)  # a page asked after the drop would have reached the proxy by now
+    pages = [r for r in proxy.timeline if "list-type=2" in r[1]]
+    assert 1 <= len(pages) <= 2 and ds.stats()["first_in_line"] == 2
+    want = {r["id"]: r for r in pq.read_table("trips/big", filesystem=fs).to_pylist()}
+    rows = list(rows_of(batch, batch=True))
+    assert len(rows) == 64 and all(row == want[row["id"]] for row in rows)
 
 
 def test_a_first_batch_over_several_groups_sends_their_reads_together(s3: Any) -> None:
@@ -131,12 +156,14 @@ def test_a_first_batch_over_several_groups_sends_their_reads_together(s3: Any) -
 
 
 def test_without_an_index_the_round_trips_are_counted_as_the_proxy_sees_them(s3: Any) -> None:
-    """No saved index: the look for one, the listing, the footers (together), then the
-    first row groups: four in line."""
+    """No saved index: the look for one and the listing (sent together), the footers
+    (together), then the first row groups: three in line (four with the listing after
+    the look)."""
     _bucket(s3, "e")
     st, proxy, t0, t1 = _first_batch(s3, "s3://trips/e")
     made = _made(proxy, t0, t1)
-    assert st["first_in_line"] == 4 == proxy.in_line(t0, t1)
+    assert st["first_in_line"] == 3 == proxy.in_line(t0, t1)
+    assert len([r for r in made if "list-type=2" in r[1]]) == 1  # the one sent ahead, used
     footers = len([s for s in SIZES if s > 0])  # (an empty shard's footer is read too)
     assert footers + 3 <= st["first_requests"] <= len(made)
 
@@ -151,7 +178,7 @@ def test_ranks_indexing_together_read_their_first_shards_footers_while_indexing(
     its span begins and ends in; then its first row groups. No footer is read again on the
     way (a share cut along the listing's order made it one round trip more: 5 and 3; a
     mixture of two 8 and 4, and 7 and 3 while its streams' looks went one after the
-    other)."""
+    other; each listing after its look: 4 and 2, 6 and 3)."""
     fs = s3.fs()
     fs.mkdir("trips")
     sources = []
@@ -167,20 +194,21 @@ def test_ranks_indexing_together_read_their_first_shards_footers_while_indexing(
         for line in o.splitlines()
         if line.startswith("TRIPS")
     ]
-    # rank 0: the looks for an index, then per stream the listing and the footers; rank 1:
-    # per stream the footers; then each its first row groups
-    assert [t["in_line"] for t in trips] == [2 * streams + 2, streams + 1]
+    # rank 0: the looks for an index, each with its listing, then per stream the footers;
+    # rank 1: per stream the footers; then each its first row groups
+    assert [t["in_line"] for t in trips] == [streams + 2, streams + 1]
 
 
 def test_a_mixtures_streams_are_indexed_together(s3: Any) -> None:
     """One process, two streams behind a 40 ms proxy: their indexes are looked for (and
     listed and scanned) at once, each step one round trip for both, then the first row
-    groups: 2 in line from saved indexes, 4 without (3 and 7 one stream after the other)."""
+    groups: 2 in line from saved indexes, 3 without (each listing sent with its look; 4
+    with the listings after the looks; 3 and 7 one stream after the other)."""
     for name in ("m0", "m1"):
         _saved(s3, name)
     for name in ("n0", "n1"):
         _bucket(s3, name)
-    for names, want in ((("m0", "m1"), 2), (("n0", "n1"), 4)):
+    for names, want in ((("m0", "m1"), 2), (("n0", "n1"), 3)):
         with counting_proxy(s3.endpoint_url, shaping=LATENCY) as proxy:
             opts = {"client_kwargs": {"endpoint_url": proxy.url}}
             streams = [Stream(f"s3://trips/{n}", weight=1.0) for n in names]
@@ -255,15 +283,15 @@ def test_the_construction_counts_in_the_first_pass_only(s3: Any) -> None:
 def test_a_tar_without_an_index_is_walked_in_large_blocks_sent_together(s3: Any) -> None:
     """A tar of small members (6 MiB: its bodies are read, not skipped) is walked from its
     first 1 MiB and then the rest in 2 MiB reads sent together (loader.formats.tar.scan
-    REMOTE_SCAN), never 1 MiB after 1 MiB: the look for an index, the listing, those two,
-    then the first batch's read."""
+    REMOTE_SCAN), never 1 MiB after 1 MiB: the look for an index with the listing, those
+    two, then the first batch's read."""
     fs = s3.fs()
     fs.mkdir("trips")
     write_dataset(fs, "trips/t", "tar", [3000])
     size = fs.info("trips/t/part-00000.tar")["size"]
     assert 3 << 20 < size < 9 << 20  # more than the first 1 MiB and 1 MiB; one readahead
     st, proxy, t0, t1 = _first_batch(s3, "s3://trips/t")
-    assert st["first_in_line"] == 5 == proxy.in_line(t0, t1)
+    assert st["first_in_line"] == 4 == proxy.in_line(t0, t1)
     spans = [
         rng.removeprefix("bytes=").split("-") for path, rng in proxy.gets if path.endswith(".tar")
     ]

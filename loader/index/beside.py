@@ -18,6 +18,7 @@ import pyarrow as pa
 
 from ..formats import format_of_url
 from ..storage.filesystems import filesystem, is_local, redact, strip_credentials
+from ..storage.listing import list_ahead
 from ..storage.trips import trip, trip_to
 from .manifest import is_manifest
 from .saved import write_index
@@ -80,7 +81,8 @@ def fetch_beside(
     folder without one). The bytes are None for a local file (loaded memory-mapped). On
     object stores one ranged GET, which is also the load: a HEAD (s3fs's info, which lists
     the prefix as well when nothing is there) and a GET after it would be three round trips
-    in line."""
+    in line. On S3 the prefix's listing is sent beside it (`list_ahead`), for the build that
+    follows where none is there; dropped after its first page where one is."""
     if not isinstance(source, str) or fsspec.core.has_magic(source) or is_manifest(source):
         return None
     if format_of_url(source) or source.lower().endswith((".json", ".arrow")):
@@ -89,8 +91,11 @@ def fetch_beside(
     fs, path = filesystem(url, storage_options)
     if is_local(fs):
         return (url, None) if os.path.isfile(path) else None
+    drop = list_ahead(source, storage_options)  # (S3) for the build if none is there
     try:
         with trip():
-            return url, fs.cat_file(path, start=0)
+            got = fs.cat_file(path, start=0)
     except Exception:  # none there, or the store refuses: the build that follows names why
         return None
+    drop()
+    return url, got

@@ -5,8 +5,10 @@ and the size and version of one file named by the user."""
 from __future__ import annotations
 
 import asyncio
+import threading
+import time
 from collections.abc import Callable, Iterator
-from contextlib import contextmanager
+from contextlib import aclosing, contextmanager
 from typing import Any
 
 import fsspec
@@ -25,7 +27,7 @@ from .ranged_get import HTTP_CONCURRENCY, is_http
 from .store_errors import denied, store_error
 from .trips import trip, trip_to
 
-__all__ = ["LIST_REPORT", "file_entry", "list_files"]
+__all__ = ["LIST_REPORT", "file_entry", "list_ahead", "list_files"]
 
 
 def _root(path: str) -> str:
@@ -63,6 +65,73 @@ def _find(fs: Any, path: str, progress: Callable[[int], None] | None) -> list[di
     return found
 
 
+AHEAD_S = 60.0  # a listing started ahead serves a `list_files` begun within this many seconds
+
+
+class _Ahead:
+    """An S3 prefix's listing started before it is asked for (`list_ahead`), on fsspec's
+    IO loop; `stopped`: no page is asked after the one in flight."""
+
+    def __init__(self, fs: Any, path: str) -> None:
+        self.stopped = False
+        self.made = time.monotonic()
+        bucket, key, _ = fs.split_path(path)
+        prefix = key.rstrip("/") + "/" if key else ""
+
+        async def pages() -> list[dict[str, Any]]:
+            found: list[dict[str, Any]] = []
+            async with trip(), aclosing(fs._iterdir(bucket, delimiter="", prefix=prefix)) as it:
+                async for info in it:
+                    if self.stopped:
+                        break
+                    found.append(info)
+            return found
+
+        self.future = asyncio.run_coroutine_threadsafe(pages(), fs.loop)
+
+
+_ahead: dict[tuple[str, int], _Ahead] = {}
+_ahead_lock = threading.Lock()
+
+
+def list_ahead(url: str, storage_options: dict[str, Any] | None = None) -> Callable[[], None]:
+    """Start listing `url` (an S3 prefix) in the background, for a `list_files` of the same
+    URL and options that may follow: that listing then waits for this one, not for a round
+    trip of its own. The look for a saved index sends it beside its GET
+    (loader.index.beside): without an index, one round trip fewer stands in line before the
+    first batch; with one, a listing page was asked for nothing. Returns the drop: no page
+    is asked after the one in flight, and a later `list_files` lists anew. Other stores, and
+    globs: nothing is started."""
+    fs, path = filesystem(url, storage_options)
+    if not is_s3(fs) or not hasattr(fs, "_iterdir") or fsspec.core.has_magic(path):
+        return lambda: None
+    ahead, key = _Ahead(fs, path), (url, id(fs))
+    with _ahead_lock:
+        _ahead[key] = ahead
+
+    def drop() -> None:
+        ahead.stopped = True
+        with _ahead_lock:
+            if _ahead.get(key) is ahead:
+                del _ahead[key]
+
+    return drop
+
+
+def _listed_ahead(url: str, fs: Any) -> list[dict[str, Any]] | None:
+    """The infos of the listing of `url` started ahead (`list_ahead`), waited for; None
+    without one, or where it failed: the caller lists again, and raises what that raises
+    (retried as any listing is)."""
+    with _ahead_lock:
+        ahead = _ahead.pop((url, id(fs)), None)
+    if ahead is None or time.monotonic() - ahead.made > AHEAD_S:
+        return None
+    try:
+        return ahead.future.result()
+    except Exception:
+        return None
+
+
 @contextmanager
 def _named(url: str, missing: str) -> Iterator[None]:
     """A store's errors as ours, naming `url`: FileNotFoundError (`missing`), access
@@ -97,8 +166,14 @@ def list_files(
                 infos = list(fs.glob(path, detail=True).values())
             root, given = _root(path), _root(url)
         elif is_object_store(fs):  # list at once: an isdir first is one more round trip
-            with trip():
-                infos = _find(fs, path, progress)
+            ahead = _listed_ahead(url, fs)
+            if ahead is None:
+                with trip():
+                    infos = _find(fs, path, progress)
+            else:
+                infos = ahead
+                if progress is not None:
+                    progress(len(infos))
             names = [fs._strip_protocol(i["name"]).rstrip("/") for i in infos]
             if not infos or names == [path.rstrip("/")]:  # none below it: a file, or nothing
                 return [file_entry(url, storage_options)]
