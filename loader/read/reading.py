@@ -91,13 +91,10 @@ class Reading:
         )
         if self.local is not None:
             self.inline = True  # the consumer plans; nothing is fetched ahead
-        # fetched ahead (remote): until the first slab is gathered, only the first block's
-        # first group of each piece (and what the slab needs), then all the budget allows
-        # (docs/how-it-works.md, "The reader"; ending it at the first bytes was no better)
-        # A local reading sharing its reading thread (a mixture's streams) opens so too:
-        # every stream's first groups go to the thread before any stream's read-ahead
-        shares_thread = self.local is not None and reader.readers is not None
-        self.opening = window if not self.inline or shares_thread else 0
+        # until the first slab is gathered, only the first block's first group of each piece
+        # (and what the slab needs), then what the budget allows: fetched ahead (remote), or
+        # read by a thread shared with other readers (a mixture's local streams, each first)
+        self.opening = window if not self.inline or (self.local and reader.readers) else 0
         if reader.prefetch is not None:
             self.budget = self._prefetch_budget(reader.prefetch)
 
