@@ -64,10 +64,11 @@ class Shaping:
 
     latency_ms: float = 0.0
     mbps: float = 0.0  # 0: no cap
+    listing_ms: float = 0.0  # more before a listing's answer (a store slow to list)
 
     @property
     def on(self) -> bool:
-        return self.latency_ms > 0 or self.mbps > 0
+        return self.latency_ms > 0 or self.mbps > 0 or self.listing_ms > 0
 
 
 _SLICE = 64 << 10  # a shaped body is written in slices of this many bytes
@@ -175,6 +176,8 @@ class CountingProxy:
                 shape = proxy.shaping
                 if shape.latency_ms:
                     time.sleep(shape.latency_ms / 1000)
+                if shape.listing_ms and "list-type=" in self.path:
+                    time.sleep(shape.listing_ms / 1000)
                 self.end_headers()
                 if self.command == "HEAD":
                     return

@@ -67,6 +67,24 @@ def test_a_window_sees_the_requests_made_while_it_is_open() -> None:
     assert window.close() == (4, 2)  # closed: later requests are not its
 
 
+def test_a_request_in_flight_when_a_window_opens_is_not_its() -> None:
+    """A request belongs to the windows open when it was sent: one still in flight when
+    the next window opens (a listing page sent beside the look for an index and dropped,
+    answered after the construction) is not one of that window's, and cannot stand in
+    line before its requests (it made a saved index's start 3 in line on a loaded run)."""
+    construction = Window()
+    ahead = trip()
+    ahead.__enter__()  # sent during the construction ...
+    with trip():
+        pass
+    assert construction.close() == (1, 1)  # ... and not answered when it closed
+    first_pass = Window()
+    ahead.__exit__(None, None, None)  # answered once the pass began
+    with trip():
+        pass
+    assert first_pass.close() == (1, 1)
+
+
 def _bucket(s3: Any, name: str) -> None:
     fs = s3.fs()
     if not fs.exists("trips"):
@@ -112,7 +130,7 @@ def test_from_a_saved_index_the_first_batch_is_two_round_trips(s3: Any) -> None:
     assert min(r[3] for r in made) >= min(index[0][3], listing[0][3])  # nothing before them
     others = [r for r in made if r not in listing]
     assert all(method == "GET" and rng for method, _, rng, *_ in others)  # ranged reads only
-    assert 3 <= st["first_requests"] <= len(made)
+    assert 2 <= st["first_requests"] <= len(made)  # (the listing page: if answered in time)
     assert 0 < st["first_item_s"] < t1 - t0
 
 
@@ -132,6 +150,23 @@ def test_a_saved_index_stops_the_listing_sent_beside_its_look(s3: Any) -> None:
     pages = [r for r in proxy.timeline if "list-type=2" in r[1]]
     assert 1 <= len(pages) <= 2 and ds.stats()["first_in_line"] == 2
     want = {r["id"]: r for r in pq.read_table("trips/big", filesystem=fs).to_pylist()}
+    rows = list(rows_of(batch, batch=True))
+    assert len(rows) == 64 and all(row == want[row["id"]] for row in rows)
+
+
+def test_a_saved_index_start_waits_for_no_listing(s3: Any) -> None:
+    """The listing page sent with the look for the index is answered 3 s late (a store slow
+    to list): the index is there, the listing is dropped in flight, and the first batch
+    comes before that answer, 2 round trips in line."""
+    _saved(s3, "slow")
+    shaping = Shaping(latency_ms=40, listing_ms=3000)
+    with counting_proxy(s3.endpoint_url, shaping=shaping) as proxy:
+        opts = {"client_kwargs": {"endpoint_url": proxy.url}}
+        ds = StreamingDataset("s3://trips/slow", storage_options=opts, batch_size=64)
+        batch = next(iter(ds))
+        answered = [r for r in proxy.timeline if "list-type=" in r[1]]
+    assert not answered and ds.stats()["first_in_line"] == 2
+    want = {r["id"]: r for r in pq.read_table("trips/slow", filesystem=s3.fs()).to_pylist()}
     rows = list(rows_of(batch, batch=True))
     assert len(rows) == 64 and all(row == want[row["id"]] for row in rows)
 

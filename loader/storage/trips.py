@@ -6,11 +6,11 @@ On an object store each request in line costs a round trip (20-100 ms on a real 
 requests in flight together cost one. So what decides how soon a rank starts is the
 longest chain of requests in line, not their number: `in_line` gives it.
 
-A `Window` collects the spans of the requests made while it is open, in any thread of
-this process: `StreamingDataset`/`MixtureDataset` open one around their construction
-(listing, the index's load, footers, the staleness check) and one from a pass's start to
-its first item; `loader.stats` reports their sum as ``first_requests`` and
-``first_in_line``. The object-store reads (loader.storage.ranged_get, .gcs, .azure) wrap
+A `Window` collects the spans of the requests made while it is open (sent and answered),
+in any thread of this process: `StreamingDataset`/`MixtureDataset` open one around their
+construction (listing, the index's load, footers, the staleness check) and one from a
+pass's start to its first item; `loader.stats` reports their sum as ``first_requests``
+and ``first_in_line``. The object-store reads (loader.storage.ranged_get, .gcs, .azure) wrap
 each request, once it has a connection slot, in `trip`; a listing counts as one request
 (its pages are not seen), a local file as none. With no window open, `trip` records
 nothing.
@@ -54,24 +54,30 @@ class Window:
 
 
 class _Trip:
-    """Times one request (or `n` sent together) into every open window."""
+    """Times one request (or `n` sent together) into the windows open when it was sent and
+    still open when it ends: a request in flight when a window opens is not one it waited
+    for (a listing page sent ahead and dropped, still in flight after the construction,
+    chained with the pass's first reads: 3 in line where 2 stood)."""
 
-    __slots__ = ("n", "t0")
+    __slots__ = ("n", "t0", "windows")
 
     def __init__(self, n: int) -> None:
         self.n = n
         self.t0 = 0.0
+        self.windows: list[Window] = []
 
     def __enter__(self) -> None:
         self.t0 = time.monotonic()
+        with _lock:
+            self.windows = list(_open)
 
     def __exit__(
         self, kind: type[BaseException] | None, e: BaseException | None, tb: TracebackType | None
     ) -> None:
         span = (self.t0, time.monotonic())
         with _lock:
-            for window in _open:
-                if len(window.spans) < _KEEP:
+            for window in self.windows:
+                if window in _open and len(window.spans) < _KEEP:
                     window.spans.extend([span] * self.n)
 
     async def __aenter__(self) -> None:
