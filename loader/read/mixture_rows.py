@@ -37,22 +37,16 @@ class StreamRows:
     samples) or as records carrying the stream's name."""
 
     def __init__(
-        self,
-        parts: Iterator[Any],
-        fmt: Format,
-        index: int,
-        name: str,
-        batch: bool,
-        opened: bool = False,
+        self, parts: Iterator[Any], fmt: Format, index: int, name: str, batch: bool
     ) -> None:
         self._parts, self.fmt, self.index, self.name, self._batch = parts, fmt, index, name, batch
-        self._opening = opened  # `parts` yields OPENED first (PlanReader.parts)
+        self._opening = True  # `parts` yields OPENED first (PlanReader.parts(opened=True))
         self._head: Any = None
         self._rows = 0  # rows in _head
         self._at = 0  # rows of _head taken
 
     def open(self) -> None:
-        """Start the first groups' reads, waiting for none of them (with `opened`)."""
+        """Start the first groups' reads, waiting for none of them."""
         if self._opening:
             self._opening = False
             next(self._parts, None)  # OPENED, or nothing: no rows
@@ -154,22 +148,18 @@ def _gathered(
     """The n rows of the streams' Selections at their positions `at`, taken from their
     blocks at once by one Placement (`fmt.gather`; padding is left to `fmt.cut`)."""
     blocks: list[Any] = []
-    # a block -> its place in `blocks`: one place a block, however many Selections hold it
-    # (each holds copies of its blocks sharing their column dicts: keyed by those, a part
-    # a block, not a part a copy; 22 -> 16 parts a gather of the bench's mixture)
-    number: dict[int, int] = {}
+    number: dict[int, int] = {}  # id(block) -> its place in `blocks` (Selections share them)
     which = np.empty(n, dtype=np.int64)
     rows = np.empty(n, dtype=np.int64)
     for k in sorted(pieces):
         lo = 0
         for p in pieces[k]:
             for b in p.blocks:
-                if id(b.arrays) not in number:
-                    number[id(b.arrays)] = len(blocks)
+                if id(b) not in number:
+                    number[id(b)] = len(blocks)
                     blocks.append(b)
             places = at[k][lo : lo + len(p)]
-            own = [number[id(b.arrays)] for b in p.blocks]
-            which[places] = np.array(own, dtype=np.int64)[p.which]
+            which[places] = np.array([number[id(b)] for b in p.blocks], dtype=np.int64)[p.which]
             rows[places] = p.rows
             lo += len(p)
     taken: dict[str, Any] = fmt.gather(blocks, which, rows)
@@ -202,13 +192,12 @@ def mixed_parts(
                         [(p.plan, p.start, p.stop) for p in part.pieces[k]],
                         step,
                         batch > 0 and isinstance(reader.fmt, ParquetFormat),  # Selections
-                        opened=not concurrent,
+                        opened=True,
                     ),
                     reader.fmt,
                     k,
                     names[k],
                     batch > 0,
-                    opened=not concurrent,
                 )
                 for k, reader in enumerate(readers)
             ]
