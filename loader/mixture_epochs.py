@@ -110,9 +110,11 @@ class MixtureEpochs(DatasetBase):
         return totals
 
     def _mixture_state(self) -> dict[str, Any]:
-        """What a mixture's state adds: each stream's cursor at the epoch's start, and the
-        key of the schedule the epoch is read under (an elastic rest: the saved one's)."""
-        out: dict[str, Any] = {"streams": self._streams_state()}
+        """What a mixture's state adds: each stream's cursor at the epoch's start, the key
+        of the schedule the epoch is read under (an elastic rest: the saved one's), and how
+        its phases are cut among workers."""
+        # "phase_cut" 2: workers' parts of phases by cumulative shares (state.MixLayout)
+        out: dict[str, Any] = {"streams": self._streams_state(), "phase_cut": 2}
         resume = self._resume
         key: int | None = self.sampler.schedule_key
         if resume is not None and resume["epoch"] == self.epoch:

@@ -50,6 +50,7 @@ _INTS = (
     "num_records",
     "rank",
     "worker",
+    "phase_cut",
 )
 # torchdata's StatefulDataLoader state: its keys this module reads
 _SNAPSHOT, _WORKERS, _STEPS = "_snapshot", "_worker_snapshots", "_steps_since_snapshot"
@@ -204,6 +205,7 @@ class Layout:
             self.item,
             self.drop_last,
             self.phase_ends(),
+            self.cumulative,
         )
 
     def fresh_streams(self) -> Streams:
@@ -213,6 +215,11 @@ class Layout:
     def phase_ends(self) -> tuple[int, ...]:
         """The epoch's phases' ends (a mixture's schedule); () for one phase."""
         return ()
+
+    @property
+    def cumulative(self) -> bool:
+        """Whether phases are cut among workers by their cumulative shares (phase_parts)."""
+        return True
 
     def root(self, base: dict[str, Any] | None) -> Layout:
         """The layout the epoch started in: segments index its plans."""
@@ -259,6 +266,10 @@ class MixLayout(Layout):
     worker reads its part of each phase in turn (sampler.resume.phased_streams)."""
 
     ends: tuple[int, ...] = ()  # the phases' ends in the epoch's plan (in the root layout)
+    # how phases are cut among workers: 2 by cumulative shares; 1 each phase on its own
+    # (states saved before "phase_cut": a layout of its own where it differs, so such a
+    # state resumes as an elastic one, exactly)
+    phase_cut: int = 2
 
     @property
     def length(self) -> int:
@@ -266,7 +277,20 @@ class MixLayout(Layout):
 
     def fresh_streams(self) -> Streams:
         ends = self.ends or (self.length,)
-        return phased_streams(ends, self.num_replicas, self.num_workers, self.item)
+        return phased_streams(ends, self.num_replicas, self.num_workers, self.item, self.cumulative)
 
     def phase_ends(self) -> tuple[int, ...]:
         return self.ends
+
+    @property
+    def cumulative(self) -> bool:
+        return self.phase_cut >= 2
+
+    def of(self, state: dict[str, Any]) -> Layout:
+        workers = state.get("num_workers", self.num_workers)
+        old = state.get("phase_cut", 1) < 2 and workers > 1 and len(self.ends) > 1
+        return Layout.of(replace(self, phase_cut=1 if old else 2), state)
+
+    def describe(self, rank: int | None = None, worker: int | None = None) -> str:
+        old = "" if self.cumulative else ", phases cut among workers one by one (saved so)"
+        return super().describe(rank, worker) + old

@@ -12,6 +12,7 @@ of items (records or batches) consumed.
 
 from __future__ import annotations
 
+import itertools
 from collections.abc import Sequence
 
 from .epoch import worker_span
@@ -22,6 +23,7 @@ __all__ = [
     "base_streams",
     "continue_streams",
     "cut_segments",
+    "phase_parts",
     "phased_streams",
     "resume_point",
 ]
@@ -69,16 +71,69 @@ def base_streams(length: int, num_replicas: int, num_workers: int, align: int) -
     return [[[(r, w, 0, hi - lo)] for w, (lo, hi) in enumerate(spans)] for r in range(num_replicas)]
 
 
-def phased_streams(ends: Sequence[int], num_replicas: int, num_workers: int, align: int) -> Streams:
+def phase_parts(
+    lengths: Sequence[int], num_workers: int, align: int, cumulative: bool = True
+) -> list[list[tuple[int, int]]]:
+    """[phase][worker] -> positions [lo, hi) of that phase (from its start) the worker
+    reads, for phases of `lengths` positions laid end to end; in each phase the workers'
+    parts follow one another in worker order.
+
+    The epoch's units of `align` positions are dealt to the workers in turn (0, 1, ...,
+    W-1, 0, ...), the last round to the workers `worker_span` gives one unit more, so each
+    worker reads in the end exactly its `worker_span` share of the epoch, and its count
+    through any phase is what the deal gives it up to that phase's end. A DataLoader taking
+    items of `align` records from its workers in turn so delivers every record of a phase
+    before any of the next.
+
+    `cumulative=False`: each phase cut on its own by `worker_span` (the layout of mixture
+    states saved without "phase_cut"; there the same worker can take the short share of
+    every phase and run ahead phase after phase)."""
+    workers = max(1, num_workers)
+    if not cumulative:
+        return [
+            [(lo, hi) for lo, hi in (worker_span(0, n, w, workers, align) for w in range(workers))]
+            for n in lengths
+        ]
+    total = sum(lengths)
+    units = -(-total // align)
+    full = units // workers  # whole rounds of the deal
+    # the last, partial round's workers: those worker_span gives full + 1 units
+    extra = [w for w in range(workers) if worker_span(0, total, w, workers, align)[1]
+             - worker_span(0, total, w, workers, align)[0] > align * full]  # fmt: skip
+
+    def dealt(u: int, w: int) -> int:  # units among the first u dealt to worker w
+        if u <= full * workers:
+            return u // workers + (w < u % workers)
+        return full + (w in extra[: u - full * workers])
+
+    def owner(u: int) -> int:  # the worker unit u is dealt to
+        return u % workers if u < full * workers else extra[u - full * workers]
+
+    out, before, end = [], [0] * workers, 0
+    for n in lengths:
+        end += n
+        u, r = divmod(end, align)
+        upto = [align * dealt(u, w) + (r if r and w == owner(u) else 0) for w in range(workers)]
+        counts = [c - b for c, b in zip(upto, before)]
+        starts = itertools.accumulate(counts[:-1], initial=0)
+        out.append([(a, a + c) for a, c in zip(starts, counts)])
+        before = upto
+    return out
+
+
+def phased_streams(
+    ends: Sequence[int], num_replicas: int, num_workers: int, align: int, cumulative: bool = True
+) -> Streams:
     """A mixture's epoch of phases ending at positions `ends`, not resumed: each worker
-    reads its part of each phase (`worker_span`), in positions of its rank's epoch. A
+    reads its part of each phase (`phase_parts`), in positions of its rank's epoch. A
     DataLoader taking items from its workers in turn so delivers the phases in order."""
     workers = max(1, num_workers)
+    lengths = [b - a for a, b in zip((0, *ends), ends)]
+    cuts = phase_parts(lengths, workers, align, cumulative)
     parts = [
-        [(a + lo, a + hi) for a, b in zip((0, *ends), ends)
-         for lo, hi in [worker_span(0, b - a, w, workers, align)] if lo < hi]
+        [(a + lo, a + hi) for a, cut in zip((0, *ends), cuts) for lo, hi in [cut[w]] if lo < hi]
         for w in range(workers)
-    ]  # fmt: skip
+    ]
     return [
         [[(r, w, a, b) for a, b in parts[w]] for w in range(workers)] for r in range(num_replicas)
     ]
@@ -108,6 +163,7 @@ def continue_streams(
     align: int,
     drop_last: bool,
     ends: Sequence[int] = (),
+    cumulative: bool = True,
 ) -> Streams:
     """The rest of an epoch for a new job layout.
 
@@ -120,7 +176,7 @@ def continue_streams(
 
     `ends`: a mixture's phases (`phased_streams`; segments then hold positions of their
     rank's epoch): the rest of each phase is cut so, one phase after the other, and each
-    new worker reads its part of each phase in turn.
+    new worker reads its part of each phase in turn (`phase_parts`, `cumulative` as there).
     """
     rest: list[Segment] = []
     for rank_streams in streams:
@@ -134,19 +190,34 @@ def continue_streams(
         [(r, w, max(a, lo), min(b, hi)) for r, w, a, b in rest if max(a, lo) < min(b, hi)]
         for lo, hi in zip((0, *ends), ends)
     ]
-    cuts = [_cut(p, num_replicas, num_workers, align, drop_last) for p in phases]
+    # each new rank's part of each phase, and each worker's of that (phase_parts)
+    lengths = [_rank_length(_length(p), num_replicas, drop_last) for p in phases]
+    parts = phase_parts(lengths, num_workers, align, cumulative)
+    cuts = [_cut(p, num_replicas, num_workers, align, drop_last, w) for p, w in zip(phases, parts)]
     return [
         [[seg for cut in cuts for seg in cut[r][w]] for w in range(max(1, num_workers))]
         for r in range(num_replicas)
     ]
 
 
+def _rank_length(total: int, num_replicas: int, drop_last: bool) -> int:
+    return total // num_replicas if drop_last else -(-total // num_replicas)
+
+
 def _cut(
-    rest: list[Segment], num_replicas: int, num_workers: int, align: int, drop_last: bool
+    rest: list[Segment],
+    num_replicas: int,
+    num_workers: int,
+    align: int,
+    drop_last: bool,
+    parts: list[tuple[int, int]] | None = None,
 ) -> Streams:
-    """`rest` laid end to end, cut in equal spans over the ranks and each over workers."""
+    """`rest` laid end to end, cut in equal spans over the ranks and each over workers
+    (`parts`: each worker's [lo, hi) of a rank's span; default its `worker_span`)."""
     total = _length(rest)
-    length = total // num_replicas if drop_last else -(-total // num_replicas)
+    length = _rank_length(total, num_replicas, drop_last)
+    workers = max(1, num_workers)
+    parts = parts or [worker_span(0, length, w, workers, align) for w in range(workers)]
     out: Streams = []
     for rank in range(num_replicas):
         lo, hi = rank * length, (rank + 1) * length
@@ -157,9 +228,5 @@ def _cut(
             take = min(hi - pos, total - q)
             span += cut_segments(rest, q, q + take)
             pos += take
-        parts = [
-            worker_span(0, length, w, max(1, num_workers), align)
-            for w in range(max(1, num_workers))
-        ]
         out.append([cut_segments(span, a, b) for a, b in parts])
     return out

@@ -12,6 +12,7 @@ import pytest
 from torch.utils.data import DataLoader
 
 from shardstream.loader import Stream, StreamingDataset
+from shardstream.sampler.resume import phased_streams, resume_point
 
 from .helpers import take
 from .test_mixture_dataset import ids_of, root, stream_of
@@ -91,6 +92,43 @@ def test_resume_with_workers_across_the_phase_boundary(root: Path, consumed: int
     rest = list(DataLoader(again, batch_size=None, num_workers=2))
     assert ids_of(head) + ids_of(rest) == full
     check_records(records(rest))
+
+
+def test_a_state_saved_before_phase_cut_resumes_in_its_own_layout(root: Path) -> None:
+    """States saved before "phase_cut" cut each phase among the workers on its own; loaded
+    now, such a state resumes as one of another layout (elastic): the rest is exactly what
+    that layout's loader had not delivered, though today's layout differs."""
+    schedule = [(10, {"a": 1}), (10, {"b": 1}), (10, {"a": 1})]
+
+    def make() -> StreamingDataset:
+        ds = phased(root, num_replicas=1, rank=0, batch_size=3, schedule=schedule)
+        ds.set_epoch(1)
+        return ds
+
+    by_position = ids_of(list(make()))  # no workers: the rank's positions in order
+
+    def rest_after(consumed: int, cumulative: bool) -> Counter[int]:
+        mine = phased_streams((10, 20, 30), 1, 2, 3, cumulative)[0]
+        queues = [[x for *_, a, b in segs for x in range(a, b)] for segs in mine]
+        skips, _ = resume_point([-(-len(q) // 3) for q in queues], consumed)
+        head = [x for q, k in zip(queues, skips) for x in q[: 3 * k]]
+        return Counter(by_position) - Counter(by_position[x] for x in head)
+
+    consumed = 5  # 15 records: worker 0 took 9 of them, [0, 6) and [10, 13) as saved
+    assert rest_after(consumed, False) != rest_after(consumed, True)
+    for legacy in (True, False):
+        ds = make()
+        head = take(DataLoader(ds, batch_size=None, num_workers=2), consumed)
+        assert Counter(ids_of(head)) == Counter(by_position) - rest_after(consumed, True)
+        state = json.loads(json.dumps(ds.consumed_state(consumed, 2)))
+        assert state.pop("phase_cut") == 2
+        if not legacy:
+            state["phase_cut"] = 2
+        again = make()
+        again.load_state_dict(state)
+        rest = list(DataLoader(again, batch_size=None, num_workers=2))
+        check_records(records(rest))
+        assert Counter(ids_of(rest)) == rest_after(consumed, not legacy)
 
 
 @pytest.mark.parametrize(("old", "new"), [((3, 0), (2, 2)), ((2, 2), (3, 1))])
