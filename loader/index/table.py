@@ -5,7 +5,8 @@ reader needs to find the shard's records (what `Shard.details` holds), each null
 shard has no such entry:
 
     deferred                  the manifest or list that gave the count (no layout yet)
-    row_group_rows/_offsets/_bytes, column_uncompressed_bytes, footer_bytes, schema, ipc
+    row_group_rows/_offsets/_bytes, column_uncompressed_bytes, column_chunk_offsets/_bytes,
+    footer_bytes, schema, ipc
                               Parquet and Arrow IPC row groups (record batches)
     stored_rows, selected     a selected index's rows (loader.selection)
     keys, member_ext/_offset/_size, compressed_ends, compression
@@ -57,6 +58,8 @@ LAYOUT: dict[str, pa.DataType] = {
     "row_group_offsets": _INTS,
     "row_group_bytes": _INTS,
     "column_uncompressed_bytes": pa.list_(_INTS),
+    "column_chunk_offsets": pa.list_(_INTS),
+    "column_chunk_bytes": pa.list_(_INTS),
     "footer_bytes": pa.int64(),
     "schema": pa.int32(),
     "ipc": pa.string(),  # Arrow IPC: "file" or "stream" (an older index: true); "feather1"

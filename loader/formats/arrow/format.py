@@ -29,7 +29,7 @@ from ...shard import Shard
 from ...storage.filesystems import FileEntry, redact
 from ...storage.ranges import PartsFile, RangeFile
 from ...storage.retry import read_ranges
-from ..parquet.fetch import Fetched, read_errors
+from ..parquet.fetch import Fetched, exact_fetcher, read_errors
 from ..parquet.format import ParquetFormat
 from ..parquet.meta import FooterCache, row_groups, schema_to_b64
 from ..selected import pick, stored_rows
@@ -232,7 +232,7 @@ class ArrowFormat(ParquetFormat):
             else:  # pyarrow's file reader, on the fetched parts and the footer
                 footer_at = d["ipc_footer"][0]
                 parts[(footer_at, footer_at + len(head))] = head
-                f = PartsFile(shard.url, shard.bytes, parts, self._fetcher(fs, shard))
+                f = PartsFile(shard.url, shard.bytes, parts, exact_fetcher(fs, shard, self.retry))
                 reader = pa.ipc.open_file(f, options=_OPTIONS)
                 batches, schema = [reader.get_batch(g) for g in got.groups], reader.schema
             return _plain_table(batches, schema, want, shard.url)

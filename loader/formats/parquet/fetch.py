@@ -4,13 +4,14 @@ shared with loader.formats.arrow.format."""
 
 from __future__ import annotations
 
-from collections.abc import Iterator, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from contextlib import contextmanager
 from typing import Any
 
 import numpy as np
 import pyarrow as pa
 import torch
+from fsspec.utils import merge_offset_ranges
 
 from ...columns.views import has_view, unview, without_views
 from ...errors import ShardError
@@ -18,9 +19,18 @@ from ...shard import Shard
 from ...storage.filesystems import redact
 from ...storage.retry import RetryPolicy, read_ranges
 from ..schemas import plain_type
-from .meta import column_ranges
+from .meta import FOOTERS, MAX_GAP, column_ranges
 
-__all__ = ["Fetched", "cast_to", "fetch_column_chunks", "packed", "read_errors"]
+__all__ = [
+    "Fetched",
+    "cast_to",
+    "exact_fetcher",
+    "fetch_beside_footer",
+    "fetch_column_chunks",
+    "file_names",
+    "packed",
+    "read_errors",
+]
 
 
 def fetch_column_chunks(
@@ -45,6 +55,51 @@ def fetch_column_chunks(
     indexed = [(shard.bytes, shard.version)] * n
     data = read_ranges(fs, [shard.url] * n, starts, ends, retry, indexed)
     return {(a, b): blob for a, b, blob in zip(starts, ends, data)}
+
+
+def fetch_beside_footer(
+    fmt: Any, fs: Any, shard: Shard, groups: Sequence[int], columns: Sequence[str] | None
+) -> dict[tuple[int, int], bytes] | None:
+    """`fetch_column_chunks`' parts of a shard whose footer this process does not hold,
+    sent with the footer's read (which `fmt`, a ParquetFormat, then parses and holds):
+    where the index records the column chunks' places, a first read is one round trip,
+    not the footer's and then the chunks'. None where the footer is held, or the index
+    does not record them (saved before it did): the caller reads as always.
+
+    The ranges cover each asked column's leaf chunks (MAX_GAP merged, as `column_ranges`);
+    a read pyarrow makes outside them is fetched, never zero-filled (PartsFile)."""
+    d, names = shard.details, file_names(shard, fmt.file_schemas)
+    at, size = d.get("column_chunk_offsets"), d.get("column_chunk_bytes")
+    held = FOOTERS.get((shard.url, shard.bytes, shard.version)) is not None
+    if held or at is None or size is None or names is None or len(at) != len(names):
+        return None
+    wanted = None if columns is None else set(columns)
+    cols = [c for c, name in enumerate(names) if wanted is None or name in wanted]
+    starts = [at[c][g] for g in groups for c in cols]
+    ends = [at[c][g] + size[c][g] for g in groups for c in cols]
+    _, starts, ends = merge_offset_ranges([shard.url] * len(starts), starts, ends, MAX_GAP)
+    footer = shard.bytes - int(d["footer_bytes"])
+    starts, ends = [footer, *starts], [shard.bytes, *(min(int(e), footer) for e in ends)]
+    indexed = [(shard.bytes, shard.version)] * len(starts)
+    data = read_ranges(fs, [shard.url] * len(starts), starts, ends, fmt.retry, indexed)
+    fmt.metadata(fs, shard, data[0])
+    return {(a, b): blob for a, b, blob in zip(starts[1:], ends[1:], data[1:])}
+
+
+def exact_fetcher(fs: Any, shard: Shard, retry: RetryPolicy) -> Callable[[int, int], bytes]:
+    """Exact bytes [start, end) of the indexed version of the shard."""
+    indexed = [(shard.bytes, shard.version)]
+
+    def fetch(start: int, end: int) -> bytes:
+        return read_ranges(fs, [shard.url], [start], [end], retry, indexed)[0]
+
+    return fetch
+
+
+def file_names(shard: Shard, file_schemas: Sequence[pa.Schema]) -> list[str] | None:
+    """The shard file's top-level columns (its schema in the index), None if not known."""
+    number = shard.details.get("schema", 0)
+    return file_schemas[number].names if number < len(file_schemas) else None
 
 
 def cast_to(table: pa.Table, target: pa.Schema, url: str) -> pa.Table:

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from collections.abc import Callable, Iterator, Sequence
+from collections.abc import Iterator, Sequence
 from typing import Any
 
 import numpy as np
@@ -23,7 +23,16 @@ from ...storage.retry import RetryPolicy, count_fetched, read_ranges
 from ..deferred import complete, estimated_bytes, is_deferred
 from ..partitions import check_hive_values, partition_arrays
 from ..selected import pick, record_groups, stored_rows
-from .fetch import Fetched, cast_to, fetch_column_chunks, packed, read_errors
+from .fetch import (
+    Fetched,
+    cast_to,
+    exact_fetcher,
+    fetch_beside_footer,
+    fetch_column_chunks,
+    file_names,
+    packed,
+    read_errors,
+)
 from .local import OpenFiles
 from .meta import (
     FOOTERS,
@@ -163,11 +172,12 @@ class ParquetFormat:
             first_row, groups = row_groups(shard, start, stop)
             got.append(Fetched(shard, start, stop, first_row, groups, names, cols))
         every = sorted({g for x in got for g in x.groups})
+        local = isinstance(fs, LocalFileSystem)
         with read_errors(shard.url, every):
+            remote = chunks and not local  # the chunks fetched here
+            parts = fetch_beside_footer(self, fs, shard, every, cols) if remote else None
             meta = self.metadata(fs, shard)
-            parts = None
-            local = isinstance(fs, LocalFileSystem)
-            if not local and chunks:
+            if parts is None and remote:
                 parts = fetch_column_chunks(fs, shard, meta, every, cols, self.retry)
         for x in got:
             x.meta, x.parts, x.cached = meta, parts, not local and not chunks
@@ -221,7 +231,8 @@ class ParquetFormat:
                 # pyarrow decodes from the fetched parts; a read outside them is fetched,
                 # never zero-filled (loader.storage.ranges); the metadata we pass keeps it from
                 # reading the footer again
-                f = PartsFile(url, got.shard.bytes, got.parts, self._fetcher(fs, got.shard))
+                fetch = exact_fetcher(fs, got.shard, self.retry)
+                f = PartsFile(url, got.shard.bytes, got.parts, fetch)
                 table = pq.ParquetFile(f, metadata=got.meta).read_row_groups(
                     groups, columns=cols, use_threads=False
                 )
@@ -242,7 +253,7 @@ class ParquetFormat:
         `loader.storage.through.reading_shard`, from the node cache's checked blocks."""
         # one thread a read: several groups are decoded at once, and pyarrow's pool on
         # top only adds contention (measured slower)
-        fetch = self._fetcher(fs, got.shard) if got.cached else None
+        fetch = exact_fetcher(fs, got.shard, self.retry) if got.cached else None
         return self._open_files.read(fs, got.shard, got.meta, fetch, got.groups, got.cols)
 
     def cached_reading_ended(self) -> None:
@@ -259,15 +270,6 @@ class ParquetFormat:
         if not got.cached:  # (the node cache checks what it serves)
             check_version(fs, got.shard.url, got.shard.bytes, got.shard.version)
         return table
-
-    def _fetcher(self, fs: Any, shard: Shard) -> Callable[[int, int], bytes]:
-        """Exact bytes [start, end) of the indexed version of the shard."""
-        indexed = [(shard.bytes, shard.version)]
-
-        def fetch(start: int, end: int) -> bytes:
-            return read_ranges(fs, [shard.url], [start], [end], self.retry, indexed)[0]
-
-        return fetch
 
     def _shape(self, table: pa.Table, shard: Shard, names: list[str] | None) -> pa.Table:
         """A piece as the dataset has it: the file's columns in the asked order, cast where
@@ -317,12 +319,10 @@ class ParquetFormat:
             return estimated_bytes(shard, start, stop)
         _, groups = row_groups(shard, start, stop)
         d = shard.details
-        plain = d.get("column_uncompressed_bytes")
-        number = d.get("schema", 0)
-        if plain is None or number >= len(self.file_schemas):
+        plain, names = d.get("column_uncompressed_bytes"), file_names(shard, self.file_schemas)
+        if plain is None or names is None:
             total = sum(d["row_group_bytes"][g] for g in groups)
         else:
-            names = self.file_schemas[number].names
             wanted = set(columns) if columns is not None else set(names)
             cols = [i for i, n in enumerate(names) if n in wanted]
             total = sum(plain[c][g] for c in cols for g in groups)

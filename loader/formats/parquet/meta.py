@@ -116,6 +116,9 @@ def _details(meta: pq.FileMetaData, footer: bytes, url: str) -> dict[str, Any]:
     leaves = [_leaf_count(f.type) for f in schema]
     first_leaf = np.concatenate(([0], np.cumsum(leaves, dtype=np.int64)))
     plain: list[list[int]] = [[] for _ in leaves]
+    # (top-level column, row group): its leaf chunks' first byte, and bytes to their end
+    chunk_at: list[list[int]] = [[] for _ in leaves]
+    chunk_bytes: list[list[int]] = [[] for _ in leaves]
     for i in range(meta.num_row_groups):
         rg = meta.row_group(i)
         # a row group's bytes: from its first column chunk's first page to its last's end
@@ -131,6 +134,9 @@ def _details(meta: pq.FileMetaData, footer: bytes, url: str) -> dict[str, Any]:
         lengths.append(max(ends, default=0) - min(starts, default=0))
         for c, (a, b) in enumerate(itertools.pairwise(first_leaf.tolist())):
             plain[c].append(sum(rg.column(j).total_uncompressed_size for j in range(a, b)))
+            at = min(starts[a:b], default=0)
+            chunk_at[c].append(at)
+            chunk_bytes[c].append(max(ends[a:b], default=at) - at)
     return {
         # the row groups' counts: parquet-rs 0.3 wrote num_rows 0 above row groups holding
         # rows, and pyarrow reads the row groups' rows
@@ -142,6 +148,10 @@ def _details(meta: pq.FileMetaData, footer: bytes, url: str) -> dict[str, Any]:
             # per column of the file's schema, per row group: the column chunks' size
             # uncompressed (encoded pages): the reader's memory estimate
             "column_uncompressed_bytes": plain,
+            # per column, per row group: where its chunks lie, so a reader fetches them
+            # beside the footer, not after it (ParquetFormat.fetch_many)
+            "column_chunk_offsets": chunk_at,
+            "column_chunk_bytes": chunk_bytes,
             "footer_bytes": len(footer),  # metadata + 4-byte length + "PAR1"
         },
         "schema": text,
