@@ -81,8 +81,8 @@ def fetch_beside(
     folder without one). The bytes are None for a local file (loaded memory-mapped). On
     object stores one ranged GET, which is also the load: a HEAD (s3fs's info, which lists
     the prefix as well when nothing is there) and a GET after it would be three round trips
-    in line. On S3 the prefix's listing is sent beside it (`list_ahead`), for the build that
-    follows where none is there; dropped after its first page where one is."""
+    in line. On S3, GCS and Azure the prefix's listing is sent beside it (`list_ahead`), for
+    the build that follows where none is there; dropped where one is."""
     if not isinstance(source, str) or fsspec.core.has_magic(source) or is_manifest(source):
         return None
     if format_of_url(source) or source.lower().endswith((".json", ".arrow")):
@@ -91,7 +91,7 @@ def fetch_beside(
     fs, path = filesystem(url, storage_options)
     if is_local(fs):
         return (url, None) if os.path.isfile(path) else None
-    drop = list_ahead(source, storage_options)  # (S3) for the build if none is there
+    drop = list_ahead(source, storage_options)  # for the build if none is there
     try:
         with trip():
             got = fs.cat_file(path, start=0)

@@ -31,6 +31,7 @@ __all__ = [
     "check_version",
     "denied",
     "filesystem",
+    "is_azure",
     "is_local",
     "is_object_store",
     "is_s3",
@@ -236,6 +237,10 @@ def is_s3(fs: Any) -> bool:
     return bool({"s3", "s3a"} & _protocols(fs))
 
 
+def is_azure(fs: Any) -> bool:
+    return bool(set(AZURE_PROTOCOLS) & _protocols(fs))
+
+
 def _store_reads(fs: Any) -> Any:
     """The object store's checked ranged reads for `fs` (S3, GCS, Azure), each a coroutine
     function of (fs, urls, paths, starts, ends, indexed); None for other filesystems."""
@@ -245,7 +250,7 @@ def _store_reads(fs: Any) -> Any:
         from .gcs import gcs_ranges
 
         return gcs_ranges
-    if set(AZURE_PROTOCOLS) & _protocols(fs):
+    if is_azure(fs):
         from .azure import azure_ranges
 
         return azure_ranges

@@ -18,6 +18,7 @@ from .filesystems import (
     FileEntry,
     entry_of,
     filesystem,
+    is_azure,
     is_object_store,
     is_s3,
     redact,
@@ -69,8 +70,9 @@ AHEAD_S = 60.0  # a listing started ahead serves a `list_files` begun within thi
 
 
 class _Ahead:
-    """An S3 prefix's listing started before it is asked for (`list_ahead`), on fsspec's
-    IO loop; `stopped`: no page is asked after the one in flight."""
+    """An object store prefix's listing started before it is asked for (`list_ahead`), on
+    fsspec's IO loop. `stop`: no page is asked after the one in flight (S3 and Azure: their
+    clients' paginated listings; GCS: gcsfs's `_find`, cancelled)."""
 
     def __init__(self, fs: Any, path: str) -> None:
         self.stopped = False
@@ -87,7 +89,33 @@ class _Ahead:
                     found.append(info)
             return found
 
-        self.future = asyncio.run_coroutine_threadsafe(pages(), fs.loop)
+        async def blobs() -> list[dict[str, Any]]:
+            # adlfs's `_find` lists after a HEAD of the path (is it a blob?): one round
+            # trip more in line. This is its listing without the HEAD (a prefix holding
+            # nothing: list_files then asks for the file itself, as after `_find`)
+            found, below = [], f"{path.rstrip('/')}/"
+            container, name, _ = fs.split_path(below)
+            async with trip(), fs.service_client.get_container_client(container) as client:
+                async for blob in client.list_blobs(include=["metadata"], name_starts_with=name):
+                    if self.stopped:
+                        break
+                    found.append(blob)
+            infos = await fs._details(found)
+            return [i for i in infos if i["type"] == "file" and i["name"].startswith(below)]
+
+        async def found() -> list[dict[str, Any]]:  # GCS: one listing request (a page a
+            async with trip():  # 1,000), as `_find` lists
+                return list((await fs._find(path, detail=True)).values())
+
+        fs.invalidate_cache(path)  # (gcsfs keeps listings, as list_files says)
+        self.cancel = not is_s3(fs) and not is_azure(fs)
+        listing = pages() if is_s3(fs) else blobs() if is_azure(fs) else found()
+        self.future = asyncio.run_coroutine_threadsafe(listing, fs.loop)
+
+    def stop(self) -> None:
+        self.stopped = True
+        if self.cancel:  # (its task then stops at its next await)
+            self.future.cancel()
 
 
 _ahead: dict[tuple[str, int], _Ahead] = {}
@@ -95,22 +123,24 @@ _ahead_lock = threading.Lock()
 
 
 def list_ahead(url: str, storage_options: dict[str, Any] | None = None) -> Callable[[], None]:
-    """Start listing `url` (an S3 prefix) in the background, for a `list_files` of the same
-    URL and options that may follow: that listing then waits for this one, not for a round
-    trip of its own. The look for a saved index sends it beside its GET
-    (loader.index.beside): without an index, one round trip fewer stands in line before the
-    first batch; with one, a listing page was asked for nothing. Returns the drop: no page
-    is asked after the one in flight, and a later `list_files` lists anew. Other stores, and
-    globs: nothing is started."""
+    """Start listing `url` (an S3, GCS or Azure prefix) in the background, for a
+    `list_files` of the same URL and options that may follow: that listing then waits for
+    this one, not for a round trip of its own. The look for a saved index sends it beside
+    its GET (loader.index.beside): without an index, one round trip fewer stands in line
+    before the first batch; with one, a listing page was asked for nothing. Returns the
+    drop: no page is asked after the one in flight (GCS: the listing is cancelled), and a
+    later `list_files` lists anew. Other filesystems, and globs: nothing is started."""
     fs, path = filesystem(url, storage_options)
-    if not is_s3(fs) or not hasattr(fs, "_iterdir") or fsspec.core.has_magic(path):
+    need = "_iterdir" if is_s3(fs) else "_details" if is_azure(fs) else "_find"
+    lists = hasattr(fs, need) and hasattr(fs, "loop")
+    if not is_object_store(fs) or not lists or fsspec.core.has_magic(path):
         return lambda: None
     ahead, key = _Ahead(fs, path), (url, id(fs))
     with _ahead_lock:
         _ahead[key] = ahead
 
     def drop() -> None:
-        ahead.stopped = True
+        ahead.stop()
         with _ahead_lock:
             if _ahead.get(key) is ahead:
                 del _ahead[key]
