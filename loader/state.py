@@ -218,7 +218,8 @@ class Layout:
 
     @property
     def cumulative(self) -> bool:
-        """Whether phases are cut among workers by their cumulative shares (phase_parts)."""
+        """Whether phases are cut among workers as a deal of the epoch's items gives them
+        (sampler.resume.phase_parts), not each phase on its own."""
         return True
 
     def root(self, base: dict[str, Any] | None) -> Layout:
@@ -266,9 +267,10 @@ class MixLayout(Layout):
     worker reads its part of each phase in turn (sampler.resume.phased_streams)."""
 
     ends: tuple[int, ...] = ()  # the phases' ends in the epoch's plan (in the root layout)
-    # how phases are cut among workers: 2 by cumulative shares; 1 each phase on its own
-    # (states saved before "phase_cut": a layout of its own where it differs, so such a
-    # state resumes as an elastic one, exactly)
+    # how phases are cut among workers: 2 as the epoch's items dealt in turn give them
+    # (sampler.resume.phase_parts); 1 each phase on its own (states saved before
+    # "phase_cut": a layout of its own where it differs, so such a state resumes as an
+    # elastic one, exactly)
     phase_cut: int = 2
 
     @property

@@ -98,8 +98,8 @@ def phase_parts(
     units = -(-total // align)
     full = units // workers  # whole rounds of the deal
     # the last, partial round's workers: those worker_span gives full + 1 units
-    extra = [w for w in range(workers) if worker_span(0, total, w, workers, align)[1]
-             - worker_span(0, total, w, workers, align)[0] > align * full]  # fmt: skip
+    spans = [worker_span(0, total, w, workers, align) for w in range(workers)]
+    extra = [w for w, (lo, hi) in enumerate(spans) if hi - lo > align * full]
 
     def dealt(u: int, w: int) -> int:  # units among the first u dealt to worker w
         if u <= full * workers:

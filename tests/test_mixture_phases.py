@@ -15,8 +15,9 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from shardstream.sampler import MixtureSampler
+from shardstream.sampler.epoch import worker_span
 from shardstream.sampler.mixture.phases import Phases, phase_bounds
-from shardstream.sampler.resume import Segment, continue_streams, phased_streams
+from shardstream.sampler.resume import Segment, continue_streams, phase_parts, phased_streams
 
 from .helpers import check_resume
 from .test_mixture_sampler import (
@@ -308,3 +309,26 @@ def test_worker_layout_delivers_phases_in_order_and_cuts_the_rest_by_phase(
         )
         phases = _delivered_phases(mine, item, ends)  # the new loader's turns: in order too
         assert phases == sorted(phases)
+
+
+@settings(max_examples=200, deadline=None)
+@given(
+    lengths=st.lists(st.integers(0, 40), min_size=1, max_size=5),
+    workers=st.integers(1, 6),
+    align=st.integers(1, 5),
+)
+def test_phase_parts_end_with_each_workers_span_share(
+    lengths: list[int], workers: int, align: int
+) -> None:
+    """Each phase cut in contiguous parts in worker order; over the epoch each worker reads
+    exactly its worker_span share (so a one-phase epoch is cut as before phases existed)."""
+    parts = phase_parts(lengths, workers, align)
+    for n, cut in zip(lengths, parts):
+        assert cut[0][0] == 0 and cut[-1][1] == n
+        assert all(lo <= hi for lo, hi in cut)
+        assert all(a[1] == b[0] for a, b in itertools.pairwise(cut))
+    total = sum(lengths)
+    for w in range(workers):
+        lo, hi = worker_span(0, total, w, workers, align)
+        assert sum(cut[w][1] - cut[w][0] for cut in parts) == hi - lo
+    assert phase_parts([total], workers, align) == phase_parts([total], workers, align, False)
