@@ -63,7 +63,7 @@ def test_the_places_cover_every_leaf_chunk_of_the_corpus(corpus: dict[str, Path]
                 starts, ends = column_ranges(name, parse_footer(_footer(path)), [g], [column])
                 assert all(at <= a and b <= end for a, b in zip(starts, ends)), (name, column, g)
         checked += 1
-    assert checked >= 40  # most of the corpus (its files pyarrow reads)
+    assert checked >= 60  # the corpus's Parquet files pyarrow and the index read (61 of 63)
 
 
 def _table(n: int) -> pa.Table:

@@ -243,10 +243,9 @@ class MixtureSampler(Sampler[tuple[int, int]]):
     def worker_ranges(
         self, worker: int = 0, num_workers: int = 1, align: int = 1
     ) -> list[tuple[int, int]]:
-        """Positions [lo, hi) worker `worker` reads, a range per phase (empty ones left
-        out), as `sampler.resume.phase_parts` cuts them, so that a DataLoader taking items of
-        `align` records from its workers in turn delivers phase 1, then phase 2, ... (one
-        phase: ``[worker_range(...)]``)."""
+        """Positions [lo, hi) worker `worker` reads, a range per non-empty part of a phase
+        (sampler.resume.phase_parts), so that a DataLoader taking items of `align` records
+        from its workers in turn delivers phase 1, then 2, ... (one: ``[worker_range()]``)."""
         self.worker_range(worker, num_workers, align)  # checks the arguments
         segments = phased_streams(self.epoch_phases().bounds, 1, num_workers, align)
         return [(a, b) for _, _, a, b in segments[0][worker]]
