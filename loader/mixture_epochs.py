@@ -113,7 +113,8 @@ class MixtureEpochs(DatasetBase):
         """What a mixture's state adds: each stream's cursor at the epoch's start, the key
         of the schedule the epoch is read under (an elastic rest: the saved one's), and how
         its phases are cut among workers."""
-        # "phase_cut" 2: workers' parts of phases by cumulative shares (state.MixLayout)
+        # "phase_cut" 2: workers' parts of phases as a deal of the items gives them
+        # (sampler.resume.phase_parts; state.MixLayout reads it)
         out: dict[str, Any] = {"streams": self._streams_state(), "phase_cut": 2}
         resume = self._resume
         key: int | None = self.sampler.schedule_key

@@ -50,12 +50,10 @@ def _find(fs: Any, path: str, progress: Callable[[int], None] | None) -> list[di
         if progress is not None:
             progress(len(infos))
         return infos
-    bucket, key, _ = fs.split_path(path)
-    prefix = key.rstrip("/") + "/" if key else ""
 
     async def pages() -> list[dict[str, Any]]:
         found: list[dict[str, Any]] = []
-        async for info in fs._iterdir(bucket, delimiter="", prefix=prefix):
+        async for info in _s3_keys(fs, path):
             found.append(info)
             if len(found) % LIST_REPORT == 0:
                 progress(len(found))
@@ -64,6 +62,13 @@ def _find(fs: Any, path: str, progress: Callable[[int], None] | None) -> list[di
     found: list[dict[str, Any]] = sync(fs.loop, pages)
     progress(len(found))
     return found
+
+
+def _s3_keys(fs: Any, path: str) -> Any:
+    """s3fs's paginated listing of every key below `path` (as its ``find`` lists them), an
+    async iterator of info dicts."""
+    bucket, key, _ = fs.split_path(path)
+    return fs._iterdir(bucket, delimiter="", prefix=key.rstrip("/") + "/" if key else "")
 
 
 AHEAD_S = 60.0  # a listing started ahead serves a `list_files` begun within this many seconds
@@ -77,12 +82,10 @@ class _Ahead:
     def __init__(self, fs: Any, path: str) -> None:
         self.stopped = False
         self.made = time.monotonic()
-        bucket, key, _ = fs.split_path(path)
-        prefix = key.rstrip("/") + "/" if key else ""
 
         async def pages() -> list[dict[str, Any]]:
             found: list[dict[str, Any]] = []
-            async with trip(), aclosing(fs._iterdir(bucket, delimiter="", prefix=prefix)) as it:
+            async with trip(), aclosing(_s3_keys(fs, path)) as it:
                 async for info in it:
                     if self.stopped:
                         break
