@@ -48,6 +48,7 @@ from torch.utils.data import DataLoader
 
 from shardstream import write_shards
 from shardstream.loader import Pack, Stream, StreamingDataset
+from shardstream.loader.collectives import all_gather_object
 
 VOCAB = 512
 BLOCK = 129  # tokens a block: 128 inputs and their next tokens
@@ -176,9 +177,11 @@ class Bigram(nn.Module):
 
 
 def gather_tags(tags: np.ndarray) -> np.ndarray:
-    """Every rank's token tags, on every rank."""
-    out: list[Any] = [None] * dist.get_world_size()
-    dist.all_gather_object(out, tags)
+    """Every rank's token tags, on every rank. Gathered as torch's all_gather_object does,
+    but returning once gloo's thread let go of the tensors: the job's last collective, and
+    the DDP model keeps the group's threads alive into the interpreter's exit, where a
+    thread still letting go of a tensor (taking the GIL) aborts the process."""
+    out = all_gather_object(tags)
     return np.concatenate(out) if out else tags
 
 

@@ -9,6 +9,7 @@ import signal
 import subprocess
 import sys
 import tempfile
+import time
 import urllib.request
 from collections.abc import Iterator
 from contextlib import contextmanager, suppress
@@ -141,8 +142,8 @@ def store(request: pytest.FixtureRequest, tmp_path: Path) -> Iterator[object]:
             cls.clear_instance_cache()
 
 
-def _kill_tree(root: int) -> None:
-    """SIGKILL `root` and every process descended from it (found by their parents in /proc:
+def _tree(root: int) -> list[int]:
+    """`root` and every process descended from it (found by their parents in /proc:
     descendants that started sessions of their own are no process group's)."""
     children: dict[int, list[int]] = {}
     for stat in Path("/proc").glob("[0-9]*/stat"):
@@ -156,9 +157,23 @@ def _kill_tree(root: int) -> None:
         pid = todo.pop()
         tree.append(pid)
         todo += children.get(pid, [])
-    for pid in tree:
+    return tree
+
+
+def _signal(pids: list[int], sig: int) -> None:
+    for pid in pids:
         with suppress(ProcessLookupError):
-            os.kill(pid, signal.SIGKILL)
+            os.kill(pid, sig)
+
+
+def _stacks_then_kill(root: int) -> None:
+    """A process tree that hangs: each of its Python processes prints every thread's stack
+    to its stderr (faulthandler, on SIGABRT; the tree runs with PYTHONFAULTHANDLER=1), then
+    all are killed. The tree is found first: a rank whose torchrun died is no child of it."""
+    tree = _tree(root)
+    _signal(tree[1:], signal.SIGABRT)  # the ranks and their workers; torchrun's stack is
+    time.sleep(3)  # of no interest, and it would stop the ranks on its way down
+    _signal(tree, signal.SIGKILL)
 
 
 def torchrun(
@@ -170,7 +185,13 @@ def torchrun(
     different ranks never interleave.
     """
     path = os.pathsep.join(filter(None, [str(REPO), os.environ.get("PYTHONPATH")]))
-    full_env = {**os.environ, "OMP_NUM_THREADS": "1", "PYTHONPATH": path, **(env or {})}
+    full_env = {
+        **os.environ,
+        "OMP_NUM_THREADS": "1",
+        "PYTHONPATH": path,
+        "PYTHONFAULTHANDLER": "1",  # a hang's stacks (_stacks_then_kill)
+        **(env or {}),
+    }
     for name in ("RANK", "WORLD_SIZE", "LOCAL_RANK", "MASTER_ADDR", "MASTER_PORT"):
         full_env.pop(name, None)
     with tempfile.TemporaryDirectory() as logs:
@@ -193,12 +214,13 @@ def torchrun(
         except subprocess.TimeoutExpired:
             # torchrun starts each rank in a session of its own: killing torchrun alone
             # left the ranks (and their DataLoader workers) running after the test
-            _kill_tree(proc.pid)
+            _stacks_then_kill(proc.pid)
             _, stderr = proc.communicate()
-            errs = "".join(p.read_text() for p in Path(logs).rglob("stderr.log"))
+            logged = sorted(Path(logs).rglob("std*.log"))
+            ranks = "".join(f"--- {p.parent.name} {p.name}:\n{p.read_text()}" for p in logged)
             raise AssertionError(
-                f"torchrun {script} {args} ran past {timeout} s: its processes were killed"
-                f"\n{stderr}\n{errs}"
+                f"torchrun {script} {args} ran past {timeout} s: its processes were killed "
+                f"(each rank's stacks, from faulthandler, in its stderr)\n{stderr}\n{ranks}"
             ) from None
         outs = {p.parent.name: p.read_text() for p in Path(logs).rglob("stdout.log")}
         errs = "".join(p.read_text() for p in Path(logs).rglob("stderr.log"))

@@ -33,6 +33,7 @@ import numpy.typing as npt
 import torch
 import torch.distributed as dist
 
+from ..collectives import all_gather_object, broadcast, broadcast_object
 from ..errors import ShardError, StaleIndexError, StaleSidecarError
 from ..storage.filesystems import filesystem
 from ..storage.retry import RetryPolicy
@@ -151,8 +152,7 @@ def build_distributed(
         also = span[scanned[span]]
     part = _scan_part(listing, mine, storage_options, retry, f"on rank {rank}", also)
     t2 = time.perf_counter()
-    gathered: list[Any] = [None] * world
-    dist.all_gather_object(gathered, part)
+    gathered = all_gather_object(part)
     failed = [g for g in gathered if isinstance(g, Failure)]
     if failed:
         raise failed[0].error()
@@ -208,28 +208,28 @@ def _broadcast_listing(
     its failure) as an object, then its Arrow bytes as one tensor (a million shards are
     ~60 MB of arrays, never pickled objects; the arrays on other ranks are views of the
     received buffer)."""
-    box: list[Any] = [None]
+    head: Any = None
     data = None
     if rank == 0:
         try:
             t0 = time.perf_counter()
             data = discover(source, storage_options, retry).to_buffer()
-            box[0] = (data.size, time.perf_counter() - t0)
+            head = (data.size, time.perf_counter() - t0)
         except Exception as e:
-            box[0] = Failure.of(e, "on rank 0, listing the source")
+            head = Failure.of(e, "on rank 0, listing the source")
     else:
         _connect(source, storage_options)  # while rank 0 lists
-    dist.broadcast_object_list(box, src=0)
-    if isinstance(box[0], Failure):
-        raise box[0].error()
+    head = broadcast_object(head, src=0)
+    if isinstance(head, Failure):
+        raise head.error()
     if rank == 0:
         with warnings.catch_warnings():  # read-only, and only read: the source of the send
             warnings.simplefilter("ignore", UserWarning)
             buffer = torch.frombuffer(data, dtype=torch.uint8)
     else:
-        buffer = torch.empty(int(box[0][0]), dtype=torch.uint8)
-    dist.broadcast(buffer, src=0)
-    return Listing.from_buffer(buffer.numpy()), float(box[0][1])
+        buffer = torch.empty(int(head[0]), dtype=torch.uint8)
+    broadcast(buffer, src=0)
+    return Listing.from_buffer(buffer.numpy()), float(head[1])
 
 
 def _connect(source: str | Sequence[str], storage_options: dict[str, Any] | None) -> None:
@@ -315,8 +315,7 @@ def per_shard(
     if not group:
         assert not isinstance(got, Failure)
         return got
-    parts: list[Any] = [None] * world
-    dist.all_gather_object(parts, got)
+    parts = all_gather_object(got)
     for part in parts:
         if isinstance(part, Failure):
             raise part.error()

@@ -26,6 +26,7 @@ import numpy.typing as npt
 import torch.distributed as dist
 from fsspec.core import split_protocol
 
+from ..collectives import broadcast_object
 from ..storage.retry import RetryPolicy
 from .beside import fetch_beside
 from .distributed import Failure, build_distributed
@@ -46,16 +47,16 @@ def _grouped() -> bool:
 
 def _on_rank_0(load: Callable[[], T], what: str) -> T:
     """`load()` on rank 0, broadcast to every rank; its error raised on every rank."""
-    box: list[Any] = [None]
+    got: Any = None
     if dist.get_rank() == 0:
         try:
-            box[0] = load()  # pickles as its arrays
+            got = load()  # pickles as its arrays
         except Exception as e:
-            box[0] = Failure.of(e, f"on rank 0, loading {what}")
-    dist.broadcast_object_list(box, src=0)
-    if isinstance(box[0], Failure):
-        raise box[0].error()
-    loaded: T = box[0]
+            got = Failure.of(e, f"on rank 0, loading {what}")
+    got = broadcast_object(got, src=0)
+    if isinstance(got, Failure):
+        raise got.error()
+    loaded: T = got
     return loaded
 
 
