@@ -48,7 +48,7 @@ from torch.utils.data import DataLoader
 
 from shardstream import write_shards
 from shardstream.loader import Pack, Stream, StreamingDataset
-from shardstream.loader.collectives import all_gather_object
+from shardstream.loader.index.collectives import all_gather_object
 
 VOCAB = 512
 BLOCK = 129  # tokens a block: 128 inputs and their next tokens

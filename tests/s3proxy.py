@@ -71,6 +71,11 @@ class Shaping:
         return self.latency_ms > 0 or self.mbps > 0 or self.listing_ms > 0
 
 
+# the latency of the tests that count round trips in line: longer than the work a loaded
+# machine does between two requests of one chain (at 40 ms, a mixture's second stream
+# starting its reads late on a busy machine stood one round trip more in line)
+IN_LINE = Shaping(latency_ms=150)
+
 _SLICE = 64 << 10  # a shaped body is written in slices of this many bytes
 
 

@@ -24,7 +24,7 @@ from shardstream.loader.formats.parquet.meta import (
 )
 from shardstream.loader.index.beside import INDEX_NAME, save_beside
 from tests.corpora import corpus_names, same, unpack
-from tests.s3proxy import Shaping, counting_proxy
+from tests.s3proxy import IN_LINE, counting_proxy
 
 PLACES = ("column_chunk_offsets", "column_chunk_bytes")
 
@@ -120,7 +120,7 @@ def test_a_first_read_fetches_the_footer_beside_the_chunks(
     s3: Any, places: bool, columns: list[str] | None
 ) -> None:
     url = _upload(s3, f"p{int(places)}{len(columns or [])}", places)
-    with counting_proxy(s3.endpoint_url, shaping=Shaping(latency_ms=40)) as proxy:
+    with counting_proxy(s3.endpoint_url, shaping=IN_LINE) as proxy:
         opts = {"client_kwargs": {"endpoint_url": proxy.url}}
         ds = StreamingDataset(url, storage_options=opts, shuffle=False, columns=columns)
         got = list(ds)

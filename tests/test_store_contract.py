@@ -30,7 +30,7 @@ from shardstream.loader.formats.parquet.meta import FOOTERS, SCANS
 from shardstream.loader.index.beside import INDEX_NAME, save_beside
 from shardstream.loader.storage.ranged_get import RangeIgnoredError
 from shardstream.loader.storage.trips import in_line
-from tests.s3proxy import CountingProxy, Faults, Shaping, counting_proxy
+from tests.s3proxy import IN_LINE, CountingProxy, Faults, counting_proxy
 
 from .datagen import record_id, write_dataset
 from .stores import Store
@@ -346,7 +346,7 @@ def test_the_round_trips_before_the_first_batch_are_the_same_on_every_store(
         save_beside(index, f"{store.url(rel)}/{INDEX_NAME}", store.options())
         FOOTERS.clear()
         SCANS.clear()
-    with counting_proxy(store.endpoint, shaping=Shaping(latency_ms=40)) as proxy:
+    with counting_proxy(store.endpoint, shaping=IN_LINE) as proxy:
         t0 = time.monotonic()
         options = store.options(proxy.url)
         ds = StreamingDataset(store.url(rel), storage_options=options, batch_size=64)

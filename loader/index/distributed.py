@@ -33,12 +33,12 @@ import numpy.typing as npt
 import torch
 import torch.distributed as dist
 
-from ..collectives import all_gather_object, broadcast, broadcast_object
 from ..errors import ShardError, StaleIndexError, StaleSidecarError
 from ..storage.filesystems import filesystem
 from ..storage.retry import RetryPolicy
 from .assemble import assemble_rows, from_ipc, scanned_rows, to_ipc
 from .build import SCAN_BATCH, Listing, discover, scan, shares
+from .collectives import all_gather_object, broadcast, broadcast_object
 from .shard_index import ShardIndex
 
 __all__ = ["Failure", "build_distributed", "build_parallel", "per_shard"]

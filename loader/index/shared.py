@@ -26,9 +26,9 @@ import numpy.typing as npt
 import torch.distributed as dist
 from fsspec.core import split_protocol
 
-from ..collectives import broadcast_object
 from ..storage.retry import RetryPolicy
 from .beside import fetch_beside
+from .collectives import broadcast_object
 from .distributed import Failure, build_distributed
 from .shard_index import INDEX_SUFFIXES, ShardIndex
 

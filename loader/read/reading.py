@@ -19,13 +19,13 @@ from shardstream.sampler.plan import Chunk, Plan
 
 from ..columns.gather import Selection
 from ..formats.deferred import is_deferred
+from ..storage.trips import took
 from .budget import MemoryBudget
 from .decoding import Ahead, decode_threads, decoding_pool
 from .groups import Group, GroupReader, finish
 from .readahead import ReadAhead, reads_ahead
 
 __all__ = ["Key", "Reading", "Run"]
-
 
 Run = tuple[Plan, int, int]  # records [start, stop) of a plan, in its reading order
 Key = tuple[int, int, int]  # (run, piece, group): one read group of one run
@@ -286,6 +286,7 @@ class Reading:
         if not entry.checked:  # in reading order: checks that depend on what came before
             entry.checked = True
             self.fmt.check(block, self.reader.index.shards[entry.shard])
+        took()  # a first item's round trips in line end with what it waited for (trips)
         return block, entry.first
 
     def slab_end(
@@ -384,9 +385,8 @@ class Reading:
 
     def close(self, finalizing: Callable[[], bool] = sys.is_finalizing) -> None:
         """Stop: cancel what is not read yet, wait for reads under way, release it all.
-        Nothing when the interpreter is exiting (a reading left mid-way, closed as its
-        generator is collected): its threads are gone, and module globals are None by then
-        (`finalizing` is bound when this is defined, for that reason)."""
+        Nothing when the interpreter exits (a reading left mid-way, closed as its generator
+        is collected): its threads are gone, module globals None (hence `finalizing`)."""
         if finalizing():
             return
         self.ahead.halted = True

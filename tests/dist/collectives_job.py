@@ -13,7 +13,7 @@ import json
 import torch
 import torch.distributed as dist
 
-from shardstream.loader import collectives
+from shardstream.loader.index import collectives
 from shardstream.loader.index.distributed import Failure
 
 collectives.RELEASE_S = 60.0  # a loaded machine waits; never a timing result
