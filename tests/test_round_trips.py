@@ -27,8 +27,6 @@ from .conftest import REPO, torchrun
 from .datagen import SIZES, parquet_table, write_dataset
 from .rowdata import rows_of
 
-LATENCY = IN_LINE  # the proxy's answers lag: requests sent together overlap
-
 
 def _brute_in_line(spans: list[tuple[float, float]]) -> int:
     """The longest chain by trying every order of every subset (small inputs only)."""
@@ -134,7 +132,7 @@ def _first_batch(s3: Any, source: str) -> tuple[dict[str, Any], CountingProxy, f
     """stats() once rank 0 of 2 reading `source` through a latency proxy has its first
     batch, the proxy, and the monotonic times the dataset's construction began and the
     batch came."""
-    with counting_proxy(s3.endpoint_url, shaping=LATENCY) as proxy:
+    with counting_proxy(s3.endpoint_url, shaping=IN_LINE) as proxy:
         opts = {"client_kwargs": {"endpoint_url": proxy.url}}
         t0 = time.monotonic()
         ds = StreamingDataset(source, storage_options=opts, batch_size=64, num_replicas=2, rank=0)
@@ -181,7 +179,7 @@ def test_a_saved_index_stops_the_listing_sent_beside_its_look(s3: Any) -> None:
     _saved(s3, "big")
     fs = s3.fs()
     fs.pipe({f"trips/big/_extra/{k:05d}.txt": b"x" for k in range(2500)})
-    with counting_proxy(s3.endpoint_url, shaping=LATENCY) as proxy:
+    with counting_proxy(s3.endpoint_url, shaping=IN_LINE) as proxy:
         opts = {"client_kwargs": {"endpoint_url": proxy.url}}
         ds = StreamingDataset("s3://trips/big", storage_options=opts, batch_size=64)
         batch = next(iter(ds))
@@ -224,7 +222,7 @@ def test_a_first_batch_over_several_groups_sends_their_reads_together(s3: Any) -
     index = ShardIndex.build("s3://trips/wide", s3.storage_options)
     save_beside(index, f"s3://trips/wide/{INDEX_NAME}", s3.storage_options)
     _fresh()
-    with counting_proxy(s3.endpoint_url, shaping=LATENCY) as proxy:
+    with counting_proxy(s3.endpoint_url, shaping=IN_LINE) as proxy:
         opts = {"client_kwargs": {"endpoint_url": proxy.url}}
         ds = StreamingDataset("s3://trips/wide", storage_options=opts, batch_size=64, shuffle=False)
         batch = next(iter(ds))
@@ -264,7 +262,7 @@ def test_ranks_indexing_together_read_their_first_shards_footers_while_indexing(
     for k in range(streams):
         write_dataset(fs, f"trips/ranks{k}", "parquet", [30] * 8, row_group_size=10)
         sources.append(f"s3://trips/ranks{k}")
-    with counting_proxy(s3.endpoint_url, shaping=LATENCY) as proxy:
+    with counting_proxy(s3.endpoint_url, shaping=IN_LINE) as proxy:
         script = REPO / "tests" / "dist" / "first_batch_trips.py"
         out = torchrun(script, proxy.url, *sources)
     trips = [
@@ -292,7 +290,7 @@ def test_a_mixtures_streams_are_indexed_together(s3: Any) -> None:
     for name in ("n0", "n1"):
         _bucket(s3, name)
     for names, want in ((("m0", "m1"), 2), (("n0", "n1"), 3)):
-        with counting_proxy(s3.endpoint_url, shaping=LATENCY) as proxy:
+        with counting_proxy(s3.endpoint_url, shaping=IN_LINE) as proxy:
             opts = {"client_kwargs": {"endpoint_url": proxy.url}}
             streams = [Stream(f"s3://trips/{n}", weight=1.0) for n in names]
             t0 = time.monotonic()
@@ -356,7 +354,7 @@ def test_local_files_are_no_round_trips(tmp_path: Path) -> None:
 
 def test_the_construction_counts_in_the_first_pass_only(s3: Any) -> None:
     _saved(s3, "p")
-    with counting_proxy(s3.endpoint_url, shaping=LATENCY) as proxy:
+    with counting_proxy(s3.endpoint_url, shaping=IN_LINE) as proxy:
         opts = {"client_kwargs": {"endpoint_url": proxy.url}}
         ds = StreamingDataset("s3://trips/p", storage_options=opts, batch_size=64)
         next(iter(ds))

@@ -1,7 +1,7 @@
-"""The process group collectives the index build makes: objects
-gathered or broadcast as torch's ``all_gather_object`` and ``broadcast_object_list`` send
-them (pickled into byte tensors, padded to the longest), and each returning only once the
-group's own thread has let go of the tensors.
+"""The process group collectives the index build makes: objects gathered or broadcast as
+torch's ``all_gather_object`` and ``broadcast_object_list`` send them (pickled into byte
+tensors, padded to the longest), each returning only once the group's own thread has let
+go of the tensors.
 
 Why not torch's: a process group runs each collective on a thread of its own (gloo's run
 loop). When that thread drops the work's tensors, torch takes the GIL on it to release
@@ -9,7 +9,7 @@ their Python objects (``TensorImpl::decref_pyobject``), which makes that thread 
 thread state, under the interpreter's thread-list lock. Under CPython 3.11 before 3.11.10
 (python/cpython#112275), a fork at that moment leaves the child waiting for that lock
 forever: a DataLoader forking its workers right after the dataset was built under
-torchrun hung once in ~300 starts here (3 ranks of gloo, 2 workers each; the stuck worker
+torchrun hung once in ~300-1,000 starts here (3 ranks of gloo, 2 workers each; the stuck worker
 in ``os.fork``, in ``_PyThreadState_DeleteExcept``). torch's object collectives drop their
 tensors when they return, so nothing tells when the group's thread is done with them;
 here each collective's tensors are held, and it waits, the GIL released, until their
@@ -18,9 +18,9 @@ released them), for up to `RELEASE_S`.
 
 Only CPU tensors (gloo's) are waited for: gloo's thread lets go within a millisecond of
 the collective (measured on 2 cores: an object gather +0.1-0.6 ms over torch's 1.1-7.5 ms
-at 2 and 4 ranks). NCCL's watchdog thread lets go of
-CUDA tensors on its own poll, up to ~100 ms later, a wait not measured here (no GPU
-machine): CUDA collectives return as torch's do.
+at 2 and 4 ranks). NCCL's watchdog thread lets go of CUDA tensors on its own poll, up to
+~100 ms later, a wait not measured here (no GPU machine): CUDA collectives return as
+torch's do.
 """
 
 from __future__ import annotations
