@@ -178,7 +178,11 @@ def mixed_parts(
     """A mixture's segments (rank, worker, a, b of the layout `root` the epoch started in)
     read in order, as parts of at most `step` positions ending at multiples of `step` from
     the start, each as batches (batch mode) or one list of records: `shape` is (step,
-    rows a batch; 0: record mode).
+    rows a batch; 0: record mode). In batch mode the pass's first part is one batch, and
+    each stream's first part that batch's most (`PlanReader.parts(first=)`): the first
+    batch waits for the groups it needs, which the streams' openings send, not for a
+    step's worth of each stream (the bench's 2 streams over S3: 3 round trips in line
+    before it, 2 now).
     `planner_for(num_replicas, rank)`: that rank's MixtureSampler of the epoch; `readers`:
     each stream's PlanReader. The readers' shared `pools` are shut down when this ends."""
     step, batch = shape
@@ -186,6 +190,7 @@ def mixed_parts(
     try:
         concurrent = not all(r.local for r in readers)
         for left, _, part, ids in segment_parts(segments, planner_for, root):
+            lead = batch if done == 0 else 0  # (see the docstring)
             streams = [
                 StreamRows(
                     reader.parts(
@@ -193,6 +198,7 @@ def mixed_parts(
                         step,
                         batch > 0 and isinstance(reader.fmt, ParquetFormat),  # Selections
                         opened=True,
+                        first=lead,
                     ),
                     reader.fmt,
                     k,
@@ -204,7 +210,8 @@ def mixed_parts(
             try:
                 start_all(streams, concurrent)
                 while left > 0:
-                    n = min(left, step - done % step)
+                    n = min(left, lead or step - done % step)
+                    lead = 0
                     yield from merge(ids.take(n), streams, batch)
                     done, left = done + n, left - n
             finally:

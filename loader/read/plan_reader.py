@@ -150,14 +150,22 @@ class PlanReader:
         self._measured = [0, 0]  # bytes decoded groups held, and what was estimated for them
 
     def parts(
-        self, runs: Iterable[Run], step: int, select: bool = False, opened: bool = False
+        self,
+        runs: Iterable[Run],
+        step: int,
+        select: bool = False,
+        opened: bool = False,
+        first: int = 0,
     ) -> Iterator[Any]:
         """The runs' records in reading order, in parts of at most `step` records that end
-        at multiples of `step` records from the start (so batches are single parts).
-        `select` (Parquet and Arrow shards): the parts are Selections (loader.columns.gather),
-        their rows copied later (a mixture gathers its streams' parts at once). `opened`:
-        first yields OPENED once the first groups are started, before waiting on any (a
-        mixture starts every stream's so)."""
+        at multiples of `step` records from the start (so batches are single parts); with
+        `first` (0 < first < step), the first part holds `first` records and the later ones
+        end at multiples of `step` from its end (a mixture's first batch needs a few of each
+        stream's records, not a step of each: the groups of the first part are those the
+        opening sends). `select` (Parquet and Arrow shards): the parts are Selections
+        (loader.columns.gather), their rows copied later (a mixture gathers its streams'
+        parts at once). `opened`: first yields OPENED once the first groups are started,
+        before waiting on any (a mixture starts every stream's so)."""
         runs = list(runs)
         if not runs or not self.index.shards:
             return
@@ -166,7 +174,7 @@ class PlanReader:
         cut = _selected if select else self.fmt.cut
         reading = Reading(self, fs, runs)
         self.fmt.reserve(reading.budget.limit + reading.budget.limit // 2)
-        done = 0
+        done = step - first if 0 < first < step else 0  # (counted as if `done` were read)
         try:
             reading.pump()
             if opened:
