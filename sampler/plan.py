@@ -30,6 +30,7 @@ TAG_MIX = 3
 DEFAULT_WINDOW = 8  # pieces interleaved per block; see the README for the mixing it gives
 TAG_GROUPS = 4  # the order of a piece's groups
 TAG_GROUP = 5  # the order inside one group
+LOCATE = 8192  # records of the slice that finds one record's place in its block
 
 Groups = Sequence[Sequence[int]]  # per shard: records of each of its groups, in storage order
 
@@ -108,7 +109,9 @@ class Plan:
         """The plan's records in reading order, records [start, stop), in chunks of about
         `size` records (the chunking never changes the order).
 
-        Seeking costs O(pieces): nothing before `start` is generated.
+        Seeking costs O(pieces): nothing before `start` is generated, and little after
+        `stop`: a block is cut in chunks of at most the records left (a mixture's second
+        pass that takes 9,830 records of a 65,536-record block made the whole block's order).
         """
         stop = len(self) if stop is None else stop
         if not 0 <= start <= stop <= len(self):
@@ -119,13 +122,15 @@ class Plan:
         skip = start - int(before[b]) if blocks else 0
         left = stop - start
         for p0, p1 in blocks[b:]:
-            for chunk in self._block_chunks(p0, p1, skip, size):
-                if left <= 0:
-                    return
+            if left <= 0:
+                return
+            for chunk in self._block_chunks(p0, p1, skip, min(size, left)):
                 if len(chunk) > left:
                     chunk = chunk.head(left)
                 left -= len(chunk)
                 yield chunk
+                if left <= 0:  # (before the next chunk is made)
+                    return
             skip = 0
 
     def _block_chunks(self, p0: int, p1: int, skip: int, size: int) -> Iterator[Chunk]:
@@ -249,7 +254,9 @@ class Plan:
                 left -= out[-1]
             return out
         mix_keys = [derive_key(int(k), TAG_MIX) for k in self.keys[p0:p1]]
-        piece, j = next(block_order(sizes, mix_keys, at))
+        # the first record at `at`: a small slice holds it (the order does not depend on the
+        # slicing; a slice of CHUNK made the order of a whole block of up to 65,536 records)
+        piece, j = next(block_order(sizes, mix_keys, at, LOCATE))
         i, first = int(piece[0]), int(j[0])
         t = float(record_positions(np.array([first]), sizes[i], mix_keys[i])[0])
         # record j of a piece of m lies at t in [j/m, (j+1)/m): those with j < floor(t m)

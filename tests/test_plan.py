@@ -196,3 +196,41 @@ def test_hash_order_is_numpys_stable_argsort(n: int, key: int, tied: int) -> Non
     got = hash_order(values)
     assert got.dtype == np.int64
     assert np.array_equal(got, np.argsort(values, kind="stable"))
+
+
+def test_a_run_ending_inside_a_block_makes_little_more_than_its_records(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """chunks(start, stop) is the whole order's [start, stop), and makes the order of
+    little more than those records: a mixture's pass that takes a few thousand records of
+    a 40,000-record block made the whole block's order (and each piece's place in it
+    twice, to schedule its groups). `_records_before` finds a record's place the same way
+    whatever slice it looks in."""
+    from shardstream.sampler import plan as plan_module
+
+    sizes = [5_000] * 8 + [3_000] * 3
+    groups = [split(n, list(range(700, n, 700))) for n in sizes]
+    plan = ShardSampler(sizes, seed=11, groups=groups).plan()
+    full = records(plan)
+    made: list[int] = []
+    real = Plan._chunk
+
+    def counted(self: Plan, *args: object, **kwargs: object) -> object:
+        out = real(self, *args, **kwargs)  # type: ignore[arg-type]
+        made.append(len(out))  # type: ignore[arg-type]
+        return out
+
+    monkeypatch.setattr(Plan, "_chunk", counted)
+    for start, stop in [(0, 100), (0, 2_621), (17_000, 26_830), (39_990, 40_100), (0, len(plan))]:
+        made.clear()
+        assert records(plan, start, stop) == full[start:stop]
+        assert sum(made) <= 2 * (stop - start) + 2_000, (start, stop, sum(made))
+    p0, p1 = plan.blocks()[0]
+    n = int(plan.sizes[p0:p1].sum())  # 34,000-40,000
+    for at in [1, 999, 8_191, 8_192, n // 2, n - 1]:
+        found = plan._records_before(p0, p1, at, surely=False)
+        monkeypatch.setattr(plan_module, "LOCATE", 1 << 16)
+        assert plan._records_before(p0, p1, at, surely=False) == found
+        monkeypatch.setattr(plan_module, "LOCATE", 97)
+        assert plan._records_before(p0, p1, at, surely=True) <= found
+        monkeypatch.setattr(plan_module, "LOCATE", 8192)
