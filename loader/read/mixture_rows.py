@@ -181,8 +181,8 @@ def mixed_parts(
     rows a batch; 0: record mode). In batch mode the pass's first part is one batch, and
     each stream's first part that batch's most (`PlanReader.parts(first=)`): the first
     batch waits for the groups it needs, which the streams' openings send, not for a
-    step's worth of each stream (the bench's 2 streams over S3: 3 round trips in line
-    before it, 2 now).
+    step's worth of each stream (the cloud bench's 2 streams: 2-3 round trips in line
+    before it, 3-4 before this).
     `planner_for(num_replicas, rank)`: that rank's MixtureSampler of the epoch; `readers`:
     each stream's PlanReader. The readers' shared `pools` are shut down when this ends."""
     step, batch = shape
