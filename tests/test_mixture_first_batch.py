@@ -64,7 +64,7 @@ def test_the_first_batch_waits_only_for_the_groups_the_openings_send(
     """Batch 64 of 40-row groups, 8 pieces interleaved a block: the first batch takes a
     few records of each piece's first group, which each stream's opening starts (its first
     8 groups). A stream's first part of a whole step (2,048 positions, ~1,000 records a
-    stream) waited for ~3 groups a piece: the 25th-32nd started, after the opening."""
+    stream) waited for ~3 groups a piece: up to the 56th started, long after the opening."""
     waited: list[int] = []
     real = reading.Reading.wait
 
