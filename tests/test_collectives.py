@@ -1,4 +1,4 @@
-"""loader.collectives: the object collectives the index build makes, equal to torch's, and
+"""loader.index.collectives: the object collectives the index build makes, equal to torch's, and
 returning only once the process group's thread let go of their tensors (a fork after one
 could otherwise hang; see the module's docstring)."""
 

@@ -174,7 +174,7 @@ class PlanReader:
         cut = _selected if select else self.fmt.cut
         reading = Reading(self, fs, runs)
         self.fmt.reserve(reading.budget.limit + reading.budget.limit // 2)
-        done = step - first if 0 < first < step else 0  # (counted as if `done` were read)
+        done = step - first if 0 < first < step else 0  # (the first part ends where a step would)
         try:
             reading.pump()
             if opened:
