@@ -276,6 +276,30 @@ def test_ranks_indexing_together_read_their_first_shards_footers_while_indexing(
     assert [t["in_line"] for t in trips] == [streams + 2, streams + 1]
 
 
+@pytest.mark.parametrize("saved", [True, False])
+def test_every_rank_opens_its_client_while_rank_0_looks_for_the_index(s3: Any, saved: bool) -> None:
+    """Two ranks under torchrun: rank 1 builds its S3 client (s3fs's import and a botocore
+    client, ~0.5 s of CPU on a busy machine) while rank 0 looks for a saved index, so that
+    it stands neither between rank 0's answer and the listing's broadcast (no saved index:
+    before, every rank waited 0.6-0.7 s there, 4 ranks on 2 cores) nor before rank 1's
+    first read (a saved index: before, rank 1 had no client once constructed)."""
+    name = f"clients{int(saved)}"
+    if saved:
+        _saved(s3, name)
+    else:
+        _bucket(s3, name)
+    with counting_proxy(s3.endpoint_url) as proxy:
+        out = torchrun(REPO / "tests" / "dist" / "rank_clients.py", proxy.url, f"s3://trips/{name}")
+    got = [
+        json.loads(line.split(" ", 1)[1])
+        for o in out
+        for line in o.splitlines()
+        if line.startswith("CLIENT")
+    ]
+    assert [g["rank"] for g in got] == [0, 1]
+    assert all(g["imported"] and g["client"] and g["rows"] == 16 for g in got), got
+
+
 def test_a_mixtures_streams_are_indexed_together(s3: Any) -> None:
     """One process, two streams behind a latency proxy: their indexes are looked for (and
     listed and scanned) at once, each step one round trip for both: 1 in line from saved

@@ -34,7 +34,7 @@ import torch
 import torch.distributed as dist
 
 from ..errors import ShardError, StaleIndexError, StaleSidecarError
-from ..storage.filesystems import filesystem
+from ..storage.filesystems import connect
 from ..storage.retry import RetryPolicy
 from .assemble import assemble_rows, from_ipc, scanned_rows, to_ipc
 from .build import SCAN_BATCH, Listing, discover, scan, shares
@@ -218,7 +218,7 @@ def _broadcast_listing(
         except Exception as e:
             head = Failure.of(e, "on rank 0, listing the source")
     else:
-        _connect(source, storage_options)  # while rank 0 lists
+        connect(source, storage_options)  # while rank 0 lists (if not yet: cached)
     head = broadcast_object(head, src=0)
     if isinstance(head, Failure):
         raise head.error()
@@ -230,22 +230,6 @@ def _broadcast_listing(
         buffer = torch.empty(int(head[0]), dtype=torch.uint8)
     broadcast(buffer, src=0)
     return Listing.from_buffer(buffer.numpy()), float(head[1])
-
-
-def _connect(source: str | Sequence[str], storage_options: dict[str, Any] | None) -> None:
-    """Open this process's filesystem for the source: an S3 client loads its service model
-    and credentials (~0.5 s), which would otherwise come after rank 0's listing, on the
-    critical path. Errors are left for the scan, which names the shard."""
-    url = source if isinstance(source, str) else next(iter(source), None)
-    if not url:
-        return
-    try:
-        fs, _ = filesystem(url, storage_options)
-        connect = getattr(fs, "connect", None)
-        if callable(connect):
-            connect()
-    except Exception as e:  # the scan reports what is wrong
-        log.debug("connecting for %s: %s", url, e)
 
 
 def build_parallel(
