@@ -6,8 +6,9 @@
 Rows (--only takes their keys): raw (the raw pyarrow loop: the limit), ranges (a raw
 reader keeping as many ranged GETs in flight as ours), pq (our batches from the prefix),
 pq-index (from a saved index), mix (a 0.7/0.3 mixture of two copies, saved indexes), tar
-and tar-index (our records from the tar shards), wds (webdataset over HTTP), ddp (our
-batches under torchrun, 4 ranks, gloo: rank 0's figures).
+and tar-index (our records from the tar shards), wds (webdataset over HTTP), ddp-raw (the
+raw loop in all 4 ranks of a torchrun job at once: the limit where the ranks share the
+machine), ddp (our batches under torchrun, 4 ranks, gloo: rank 0's figures).
 """
 
 from __future__ import annotations
@@ -66,7 +67,7 @@ def run(args: argparse.Namespace) -> dict[tuple[str, str], Cell]:
         with ExitStack() as stack:
             proxies = [
                 stack.enter_context(counting_proxy(upstream, shaping=shaping))
-                for _ in range(RANKS if "ddp" in keys else 1)
+                for _ in range(RANKS if keys & {"ddp", "ddp-raw"} else 1)
             ]
             ctx = Context(
                 endpoints=[p.url for p in proxies],

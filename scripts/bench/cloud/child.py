@@ -175,12 +175,15 @@ def measure(spec: dict[str, Any]) -> dict[str, Any]:
 def ddp(spec: dict[str, Any]) -> dict[str, Any] | None:
     """Under torchrun: the process group first (gloo), then each rank builds its dataset
     from the prefix (num_replicas and rank from the group), through its own proxy; rank
-    0's figures."""
+    0's figures. With ``"keys"`` (one list a rank), each rank runs the raw loop over its
+    keys instead: the limit with every rank sharing the machine, as ours do."""
     import torch.distributed as dist
 
     dist.init_process_group("gloo")
     rank = dist.get_rank()
     mine = {**spec, "kind": "ours", "endpoint": spec["endpoints"][rank]}
+    if "keys" in spec:
+        mine.update(kind="raw_loop", keys=spec["keys"][rank])
     mine.pop("num_replicas", None)
     result = measure(mine)
     dist.barrier()

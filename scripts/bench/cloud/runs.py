@@ -107,6 +107,12 @@ def _ddp(ctx: Context, ranks: int) -> dict[str, Any]:
     return spec
 
 
+def _ddp_raw(ctx: Context, ranks: int) -> dict[str, Any]:
+    """The raw loop in every rank of the torchrun job at once, each over its shards."""
+    keys = [[f"{BUCKET}/pq/{n}" for n in ctx.parquet[r::ranks]] for r in range(ranks)]
+    return {**_read(), "kind": "ddp", "endpoints": ctx.endpoints[:ranks], "keys": keys}
+
+
 ROWS = [
     Row("raw", "raw pyarrow loop (limit)", None, _raw_loop),
     Row("ranges", f"raw reader, {CONCURRENCY} ranged GETs in flight", "raw", _raw_ranges),
@@ -126,7 +132,8 @@ ROWS = [
     Row("tar", "tar records, no saved index", "wds", _tar(f"s3://{BUCKET}/tar/")),
     Row("tar-index", "tar records, saved index", "wds", _tar(f"s3://{BUCKET}/tar.index.arrow")),
     Row("wds", "webdataset over S3 (http, curl)", None, _webdataset),
-    Row("ddp", f"batches, no saved index, torchrun {RANKS} ranks (gloo)", "raw", _ddp, (R4,)),
+    Row("ddp-raw", f"raw pyarrow loop, torchrun {RANKS} ranks at once", "raw", _ddp_raw, (R4,)),
+    Row("ddp", f"batches, no saved index, torchrun {RANKS} ranks (gloo)", "ddp-raw", _ddp, (R4,)),
 ]
 BY_KEY = {row.key: row for row in ROWS}
 
