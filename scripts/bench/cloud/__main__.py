@@ -8,7 +8,8 @@ reader keeping as many ranged GETs in flight as ours), pq (our batches from the 
 pq-index (from a saved index), mix (a 0.7/0.3 mixture of two copies, saved indexes), tar
 and tar-index (our records from the tar shards), wds (webdataset over HTTP), ddp-raw (the
 raw loop in all 4 ranks of a torchrun job at once: the limit where the ranks share the
-machine), ddp (our batches under torchrun, 4 ranks, gloo: rank 0's figures).
+machine), ddp (our batches under torchrun, 4 ranks, gloo: rank 0's figures), ddp-wds
+(webdataset in all 4 ranks at once), ddp-tar (our tar records under torchrun).
 """
 
 from __future__ import annotations
@@ -61,13 +62,15 @@ def run(args: argparse.Namespace) -> dict[tuple[str, str], Cell]:
     cells: dict[tuple[str, str], Cell] = {}
     with tempfile.TemporaryDirectory(prefix="bench-cloud-") as tmp, moto_server() as upstream:
         t = time.perf_counter()
-        parquet, tars = write_shards(Path(tmp), tar=bool(keys & {"tar", "tar-index", "wds"}))
+        parquet, tars = write_shards(
+            Path(tmp), tar=bool(keys & {"tar", "tar-index", "wds", "ddp-wds", "ddp-tar"})
+        )
         upload(upstream, parquet, tars, copy="mix" in keys)
         tqdm.write(f"data written and uploaded in {time.perf_counter() - t:.1f} s", file=sys.stderr)
         with ExitStack() as stack:
             proxies = [
                 stack.enter_context(counting_proxy(upstream, shaping=shaping))
-                for _ in range(RANKS if keys & {"ddp", "ddp-raw"} else 1)
+                for _ in range(RANKS if any(k.startswith("ddp") for k in keys) else 1)
             ]
             ctx = Context(
                 endpoints=[p.url for p in proxies],

@@ -127,8 +127,14 @@ def webdataset_run(spec: dict[str, Any]) -> Iterator[int]:
     a time, as it streams remote shards."""
     import webdataset as wds
 
-    for _ in wds.WebDataset(spec["urls"], shardshuffle=False, empty_check=False):
+    # (the URLs are this rank's already: under torchrun no node splitting on top)
+    urls = spec["urls"]
+    for _ in wds.WebDataset(urls, shardshuffle=False, empty_check=False, nodesplitter=_same):
         yield 1
+
+
+def _same(urls: Any) -> Any:
+    return urls
 
 
 def _stats(holder: list[Any]) -> Any:
@@ -175,15 +181,15 @@ def measure(spec: dict[str, Any]) -> dict[str, Any]:
 def ddp(spec: dict[str, Any]) -> dict[str, Any] | None:
     """Under torchrun: the process group first (gloo), then each rank builds its dataset
     from the prefix (num_replicas and rank from the group), through its own proxy; rank
-    0's figures. With ``"keys"`` (one list a rank), each rank runs the raw loop over its
-    keys instead: the limit with every rank sharing the machine, as ours do."""
+    0's figures. With ``"each"`` (a spec a rank, e.g. the raw loop over the rank's keys),
+    each rank runs its own instead: a limit or peer with every rank sharing the machine,
+    as ours do."""
     import torch.distributed as dist
 
     dist.init_process_group("gloo")
     rank = dist.get_rank()
     mine = {**spec, "kind": "ours", "endpoint": spec["endpoints"][rank]}
-    if "keys" in spec:
-        mine.update(kind="raw_loop", keys=spec["keys"][rank])
+    mine.update(spec.get("each", {rank: {}})[rank])
     mine.pop("num_replicas", None)
     result = measure(mine)
     dist.barrier()

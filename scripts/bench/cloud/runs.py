@@ -100,17 +100,38 @@ def _webdataset(ctx: Context, ranks: int) -> dict[str, Any]:
     return {"kind": "wds", "urls": urls}
 
 
-def _ddp(ctx: Context, ranks: int) -> dict[str, Any]:
-    spec = {**_batches(ctx, ranks), "kind": "ddp", "endpoints": ctx.endpoints[:ranks]}
-    spec["source"] = f"s3://{BUCKET}/pq/"
-    del spec["num_replicas"], spec["rank"], spec["endpoint"]
+def _ddp(source: str, batches: bool) -> Callable[[Context, int], dict[str, Any]]:
+    """Ours under torchrun: each rank's dataset from `source` (no saved index), the group
+    giving num_replicas and rank."""
+
+    def spec(ctx: Context, ranks: int) -> dict[str, Any]:
+        out = _batches(ctx, ranks) if batches else _ours(ctx, ranks)
+        out.update(kind="ddp", endpoints=ctx.endpoints[:ranks], source=source)
+        del out["num_replicas"], out["rank"], out["endpoint"]
+        return out
+
     return spec
 
 
 def _ddp_raw(ctx: Context, ranks: int) -> dict[str, Any]:
     """The raw loop in every rank of the torchrun job at once, each over its shards."""
-    keys = [[f"{BUCKET}/pq/{n}" for n in ctx.parquet[r::ranks]] for r in range(ranks)]
-    return {**_read(), "kind": "ddp", "endpoints": ctx.endpoints[:ranks], "keys": keys}
+    each = [
+        {"kind": "raw_loop", "keys": [f"{BUCKET}/pq/{n}" for n in ctx.parquet[r::ranks]]}
+        for r in range(ranks)
+    ]
+    return {**_read(), "kind": "ddp", "endpoints": ctx.endpoints[:ranks], "each": each}
+
+
+def _ddp_wds(ctx: Context, ranks: int) -> dict[str, Any]:
+    """webdataset in every rank of the torchrun job at once, each over its tars."""
+    each = [
+        {
+            "kind": "wds",
+            "urls": [f"{ctx.endpoints[r]}/{BUCKET}/tar/{n}" for n in ctx.tars[r::ranks]],
+        }
+        for r in range(ranks)
+    ]
+    return {"kind": "ddp", "endpoints": ctx.endpoints[:ranks], "each": each}
 
 
 ROWS = [
@@ -133,7 +154,21 @@ ROWS = [
     Row("tar-index", "tar records, saved index", "wds", _tar(f"s3://{BUCKET}/tar.index.arrow")),
     Row("wds", "webdataset over S3 (http, curl)", None, _webdataset),
     Row("ddp-raw", f"raw pyarrow loop, torchrun {RANKS} ranks at once", "raw", _ddp_raw, (R4,)),
-    Row("ddp", f"batches, no saved index, torchrun {RANKS} ranks (gloo)", "ddp-raw", _ddp, (R4,)),
+    Row(
+        "ddp",
+        f"batches, no saved index, torchrun {RANKS} ranks (gloo)",
+        "ddp-raw",
+        _ddp(f"s3://{BUCKET}/pq/", batches=True),
+        (R4,),
+    ),
+    Row("ddp-wds", f"webdataset, torchrun {RANKS} ranks at once", "wds", _ddp_wds, (R4,)),
+    Row(
+        "ddp-tar",
+        f"tar records, no saved index, torchrun {RANKS} ranks",
+        "ddp-wds",
+        _ddp(f"s3://{BUCKET}/tar/", batches=False),
+        (R4,),
+    ),
 ]
 BY_KEY = {row.key: row for row in ROWS}
 
