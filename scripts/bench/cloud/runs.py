@@ -17,6 +17,8 @@ from scripts.bench.cloud import BATCH, BUCKET, COLUMNS, CONCURRENCY, PER_SHARD, 
 from scripts.bench.cloud.child import PREFIX
 
 WS1, R4 = "ws=1", f"rank 0 of {RANKS}"
+TR = f"torchrun {RANKS} ranks"
+PQ, TAR = f"s3://{BUCKET}/pq/", f"s3://{BUCKET}/tar/"  # the prefixes, without saved indexes
 CHILD = ["-m", "scripts.bench.cloud.child"]
 TIMEOUT_S = 600  # one run's limit (a full pass)
 
@@ -141,7 +143,7 @@ ROWS = [
         "pq",
         "batches, no saved index",
         "raw",
-        lambda c, r: {**_batches(c, r), "source": f"s3://{BUCKET}/pq/"},
+        lambda c, r: {**_batches(c, r), "source": PQ},
     ),
     Row(
         "pq-index",
@@ -150,25 +152,13 @@ ROWS = [
         lambda c, r: {**_batches(c, r), "source": f"s3://{BUCKET}/pq.index.arrow"},
     ),
     Row("mix", "mixture 0.7/0.3, saved indexes", "pq-index", _mixture, note="x ours"),
-    Row("tar", "tar records, no saved index", "wds", _tar(f"s3://{BUCKET}/tar/")),
+    Row("tar", "tar records, no saved index", "wds", _tar(TAR)),
     Row("tar-index", "tar records, saved index", "wds", _tar(f"s3://{BUCKET}/tar.index.arrow")),
     Row("wds", "webdataset over S3 (http, curl)", None, _webdataset),
-    Row("ddp-raw", f"raw pyarrow loop, torchrun {RANKS} ranks at once", "raw", _ddp_raw, (R4,)),
-    Row(
-        "ddp",
-        f"batches, no saved index, torchrun {RANKS} ranks (gloo)",
-        "ddp-raw",
-        _ddp(f"s3://{BUCKET}/pq/", batches=True),
-        (R4,),
-    ),
-    Row("ddp-wds", f"webdataset, torchrun {RANKS} ranks at once", "wds", _ddp_wds, (R4,)),
-    Row(
-        "ddp-tar",
-        f"tar records, no saved index, torchrun {RANKS} ranks",
-        "ddp-wds",
-        _ddp(f"s3://{BUCKET}/tar/", batches=False),
-        (R4,),
-    ),
+    Row("ddp-raw", f"raw pyarrow loop, {TR} at once", "raw", _ddp_raw, (R4,)),
+    Row("ddp", f"batches, no saved index, {TR} (gloo)", "ddp-raw", _ddp(PQ, True), (R4,)),
+    Row("ddp-wds", f"webdataset, {TR} at once", "wds", _ddp_wds, (R4,)),
+    Row("ddp-tar", f"tar records, no saved index, {TR}", "ddp-wds", _ddp(TAR, False), (R4,)),
 ]
 BY_KEY = {row.key: row for row in ROWS}
 
