@@ -279,10 +279,12 @@ def test_ranks_indexing_together_read_their_first_shards_footers_while_indexing(
 @pytest.mark.parametrize("saved", [True, False])
 def test_every_rank_opens_its_client_while_rank_0_looks_for_the_index(s3: Any, saved: bool) -> None:
     """Two ranks under torchrun: rank 1 builds its S3 client (s3fs's import and a botocore
-    client, ~0.5 s of CPU on a busy machine) while rank 0 looks for a saved index, so that
-    it stands neither between rank 0's answer and the listing's broadcast (no saved index:
-    before, every rank waited 0.6-0.7 s there, 4 ranks on 2 cores) nor before rank 1's
-    first read (a saved index: before, rank 1 had no client once constructed)."""
+    client, ~0.5 s of CPU on a busy machine) on a thread while it waits for rank 0's look
+    for a saved index, and has it once constructed: it stands neither between rank 0's
+    answer and the listing's broadcast (no saved index: before, every rank waited 0.6-0.7 s
+    there, 4 ranks on 2 cores) nor before rank 1's first read (a saved index: before, rank
+    1 had no client once constructed). Without a saved index rank 1 connected before this
+    too, after rank 0's answer: that case fails on no older code, it guards the path."""
     name = f"clients{int(saved)}"
     if saved:
         _saved(s3, name)
