@@ -8,8 +8,10 @@ reader keeping as many ranged GETs in flight as ours), pq (our batches from the 
 pq-index (from a saved index), mix (a 0.7/0.3 mixture of two copies, saved indexes), tar
 and tar-index (our records from the tar shards), wds (webdataset over HTTP), ddp-raw (the
 raw loop in all 4 ranks of a torchrun job at once: the limit where the ranks share the
-machine), ddp (our batches under torchrun, 4 ranks, gloo: rank 0's figures), ddp-wds
-(webdataset in all 4 ranks at once), ddp-tar (our tar records under torchrun).
+machine), ddp and ddp-index (our batches under torchrun, 4 ranks, gloo; without and with
+a saved index), ddp-wds (webdataset in all 4 ranks at once), ddp-tar (our tar records
+under torchrun). Torchrun rows give the job's pace: a rank's records over the slowest
+rank's pass, the last rank's first record (a step waits for every rank).
 """
 
 from __future__ import annotations

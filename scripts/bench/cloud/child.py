@@ -181,9 +181,9 @@ def measure(spec: dict[str, Any]) -> dict[str, Any]:
 def ddp(spec: dict[str, Any]) -> dict[str, Any] | None:
     """Under torchrun: the process group first (gloo), then each rank builds its dataset
     from the prefix (num_replicas and rank from the group), through its own proxy; rank
-    0's figures. With ``"each"`` (a spec a rank, e.g. the raw loop over the rank's keys),
-    each rank runs its own instead: a limit or peer with every rank sharing the machine,
-    as ours do."""
+    0's figures, with the slowest rank's first record and pass (``"slowest"``). With
+    ``"each"`` (a spec a rank, e.g. the raw loop over the rank's keys), each rank runs its
+    own instead: a limit or peer with every rank sharing the machine, as ours do."""
     import torch.distributed as dist
 
     dist.init_process_group("gloo")
@@ -192,9 +192,18 @@ def ddp(spec: dict[str, Any]) -> dict[str, Any] | None:
     mine.update(spec.get("each", {rank: {}})[rank])
     mine.pop("num_replicas", None)
     result = measure(mine)
-    dist.barrier()
+    every: list[Any] = [None] * dist.get_world_size()
+    dist.all_gather_object(every, result)
     dist.destroy_process_group()
-    return {**result, "world_size": len(spec["endpoints"])} if rank == 0 else None
+    if rank:
+        return None
+    # the job's pace: a training step waits for every rank, so its first waits for the
+    # last rank's first batch, and its pass for the last rank's end
+    slowest = {
+        "first_s": max(r["first"] - r["t0"] for r in every),
+        "seconds": max(r["end"] - r["t0"] for r in every),
+    }
+    return {**result, "world_size": len(every), "slowest": slowest}
 
 
 def main(argv: list[str]) -> None:

@@ -89,7 +89,9 @@ def markdown(
         "single-source saved-index batches (x ours), tar rows against webdataset (base). "
         "req / in line: HTTP requests that reached the server between the clock's start and "
         "the first record / the longest chain of them each sent after the one before was "
-        f"answered (the torchrun row: rank 0's own requests). The raw reader keeps "
+        f"answered (torchrun rows: rank 0's own requests, before its own first record; their "
+        "records/s and first record are the job's: a rank's records over the slowest rank's "
+        "pass, the last rank's first record). The raw reader keeps "
         f"{CONCURRENCY} ranged GETs in flight. x ?: the base row was not run (--only).",
         "",
     ]
