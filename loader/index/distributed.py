@@ -218,7 +218,7 @@ def _broadcast_listing(
         except Exception as e:
             head = Failure.of(e, "on rank 0, listing the source")
     else:
-        connect(source, storage_options)  # while rank 0 lists (if not yet: cached)
+        connect(source, storage_options)  # while rank 0 lists (cached where opened before)
     head = broadcast_object(head, src=0)
     if isinstance(head, Failure):
         raise head.error()
