@@ -127,14 +127,11 @@ def webdataset_run(spec: dict[str, Any]) -> Iterator[int]:
     a time, as it streams remote shards."""
     import webdataset as wds
 
-    # (the URLs are this rank's already: under torchrun no node splitting on top)
+    # (the URLs are this rank's already: under torchrun no node splitting on top, which
+    # webdataset's nodesplitter=None leaves out)
     urls = spec["urls"]
-    for _ in wds.WebDataset(urls, shardshuffle=False, empty_check=False, nodesplitter=_same):
+    for _ in wds.WebDataset(urls, shardshuffle=False, empty_check=False, nodesplitter=None):
         yield 1
-
-
-def _same(urls: Any) -> Any:
-    return urls
 
 
 def _stats(holder: list[Any]) -> Any:
@@ -189,7 +186,8 @@ def ddp(spec: dict[str, Any]) -> dict[str, Any] | None:
     dist.init_process_group("gloo")
     rank = dist.get_rank()
     mine = {**spec, "kind": "ours", "endpoint": spec["endpoints"][rank]}
-    mine.update(spec.get("each", {rank: {}})[rank])
+    if "each" in spec:
+        mine.update(spec["each"][rank])
     mine.pop("num_replicas", None)
     result = measure(mine)
     every: list[Any] = [None] * dist.get_world_size()

@@ -19,7 +19,7 @@ from scripts.bench.cloud.child import PREFIX
 WS1, R4 = "ws=1", f"rank 0 of {RANKS}"
 TR = f"torchrun {RANKS} ranks"
 PQ, TAR = f"s3://{BUCKET}/pq/", f"s3://{BUCKET}/tar/"  # the prefixes, without saved indexes
-PQ_INDEX = f"s3://{BUCKET}/pq.index.arrow"
+PQ_INDEX, TAR_INDEX = f"s3://{BUCKET}/pq.index.arrow", f"s3://{BUCKET}/tar.index.arrow"
 CHILD = ["-m", "scripts.bench.cloud.child"]
 TIMEOUT_S = 600  # one run's limit (a full pass)
 
@@ -104,8 +104,8 @@ def _webdataset(ctx: Context, ranks: int) -> dict[str, Any]:
 
 
 def _ddp(source: str, batches: bool) -> Callable[[Context, int], dict[str, Any]]:
-    """Ours under torchrun: each rank's dataset from `source` (no saved index), the group
-    giving num_replicas and rank."""
+    """Ours under torchrun: each rank's dataset from `source` (a prefix or a saved index),
+    batches or records, the group giving num_replicas and rank."""
 
     def spec(ctx: Context, ranks: int) -> dict[str, Any]:
         out = _batches(ctx, ranks) if batches else _ours(ctx, ranks)
@@ -154,7 +154,7 @@ ROWS = [
     ),
     Row("mix", "mixture 0.7/0.3, saved indexes", "pq-index", _mixture, note="x ours"),
     Row("tar", "tar records, no saved index", "wds", _tar(TAR)),
-    Row("tar-index", "tar records, saved index", "wds", _tar(f"s3://{BUCKET}/tar.index.arrow")),
+    Row("tar-index", "tar records, saved index", "wds", _tar(TAR_INDEX)),
     Row("wds", "webdataset over S3 (http, curl)", None, _webdataset),
     Row("ddp-raw", f"raw pyarrow loop, {TR} at once", "raw", _ddp_raw, (R4,)),
     Row("ddp", f"batches, no saved index, {TR} (gloo)", "ddp-raw", _ddp(PQ, True), (R4,)),
