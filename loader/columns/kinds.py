@@ -190,8 +190,8 @@ def _fix(col: pa.ChunkedArray, kind: Kind, name: str, url: str) -> pa.ChunkedArr
             )
         col = pc.fill_null(col, pa.scalar([], type=col.type))
     values = col
-    for _ in range(kind.levels):
-        values = pc.list_flatten(values)
+    for _ in range(kind.levels):  # (`_flat` a chunk: pc.list_flatten cost 25 us a group)
+        values = pa.chunked_array([_flat(c) for c in values.chunks], values.type.value_type)
     need_cast = values.type != kind.value or values.null_count
     if not need_cast:
         return col

@@ -26,6 +26,7 @@ from ..selected import pick, record_groups, stored_rows
 from .fetch import (
     Fetched,
     cast_to,
+    chunk_bytes,
     exact_fetcher,
     fetch_beside_footer,
     fetch_column_chunks,
@@ -225,8 +226,7 @@ class ParquetFormat:
                         table = self.read_local(fs, got)
                     finally:  # what was read is the indexed file (or a failure is explained)
                         check_version(fs, url, got.shard.bytes, got.shard.version)
-                starts, ends = column_ranges(url, got.meta, groups, cols)  # the chunks read
-                count_fetched(sum(b - a for a, b in zip(starts, ends)), len(starts))
+                count_fetched(*chunk_bytes(got))  # the chunks read
             else:
                 # pyarrow decodes from the fetched parts; a read outside them is fetched,
                 # never zero-filled (loader.storage.ranges); the metadata we pass keeps it from
