@@ -332,7 +332,8 @@ def _length_range(chunks: list[pa.Array]) -> tuple[int, int] | None:
             a = b = c.type.list_size
             lo, hi = (a, b) if lo is None or hi is None else (min(lo, a), max(hi, b))
             continue
-        lengths = np.diff(numpy_of(c.offsets))
+        offsets = numpy_of(c.offsets)
+        lengths = offsets[1:] - offsets[:-1]  # (np.diff: 5 us more a group)
         a, b = int(lengths.min()), int(lengths.max())
         lo, hi = (a, b) if lo is None or hi is None else (min(lo, a), max(hi, b))
     return None if lo is None or hi is None else (lo, hi)

@@ -29,6 +29,7 @@ __all__ = [
     "fetch_beside_footer",
     "fetch_column_chunks",
     "file_names",
+    "in_dataset_types",
     "packed",
     "read_errors",
 ]
@@ -95,7 +96,8 @@ def chunk_bytes(got: Fetched) -> tuple[int, int]:
     """(bytes, ranges) of the column chunks a local read of `got` (a Fetched) reads, as
     `column_ranges` finds them: the same every epoch, kept (~20 us a group to find)."""
     shard, cols = got.shard, got.cols
-    key = (shard.url, shard.bytes, shard.version, tuple(got.groups), cols and tuple(cols))
+    asked = None if cols is None else tuple(cols)
+    key = (shard.url, shard.bytes, shard.version, tuple(got.groups), asked)
     known = _CHUNK_BYTES.get(key)
     if known is None:
         starts, ends = column_ranges(shard.url, got.meta, got.groups, cols)
@@ -120,6 +122,19 @@ def file_names(shard: Shard, file_schemas: Sequence[pa.Schema]) -> list[str] | N
     """The shard file's top-level columns (its schema in the index), None if not known."""
     number = shard.details.get("schema", 0)
     return file_schemas[number].names if number < len(file_schemas) else None
+
+
+def in_dataset_types(
+    table: pa.Table, schema: pa.Schema, url: str, held: dict[tuple[str, ...], pa.Schema]
+) -> pa.Table:
+    """The table in the dataset's types of its columns (`schema`'s; `cast_to` where they
+    differ). `held` keeps the dataset's schema of each set of columns (made afresh it cost
+    ~10 us a group)."""
+    key = tuple(table.column_names)
+    target = held.get(key)
+    if target is None:
+        target = held[key] = pa.schema([schema.field(c) for c in key])
+    return table if table.schema.equals(target) else cast_to(table, target, url)
 
 
 def cast_to(table: pa.Table, target: pa.Schema, url: str) -> pa.Table:

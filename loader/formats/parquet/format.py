@@ -25,12 +25,12 @@ from ..partitions import check_hive_values, partition_arrays
 from ..selected import pick, record_groups, stored_rows
 from .fetch import (
     Fetched,
-    cast_to,
     chunk_bytes,
     exact_fetcher,
     fetch_beside_footer,
     fetch_column_chunks,
     file_names,
+    in_dataset_types,
     packed,
     read_errors,
 )
@@ -79,6 +79,7 @@ class ParquetFormat:
         # plain list columns: the row length first read (shared by a mixture's streams)
         self._lengths: dict[str, int] = {} if lengths is None else lengths
         self._open_files = OpenFiles()  # per reading thread: the last files read
+        self._targets: dict[tuple[str, ...], pa.Schema] = {}  # (see in_dataset_types)
 
     def scan(self, fs: Any, entries: Sequence[FileEntry]) -> list[dict[str, Any]]:
         """One batched range read of each shard's last `TAIL` bytes (fsspec's cat_ranges
@@ -276,9 +277,7 @@ class ParquetFormat:
         another writer named or nulled them differently, partition values as columns, and
         (batch mode) each column fitted to its kind."""
         if self.schema is not None and names is not None:
-            target = pa.schema([self.schema.field(c) for c in table.column_names])
-            if not table.schema.equals(target):
-                table = cast_to(table, target, shard.url)
+            table = in_dataset_types(table, self.schema, shard.url, self._targets)
             inside = shard.details.get("hive_values")
             if inside:
                 check_hive_values(table, inside, shard.url)
@@ -288,7 +287,7 @@ class ParquetFormat:
                 self.partitioning or pa.schema([]), values, table.num_rows, asked
             ).items():
                 table = table.append_column(self.schema.field(name), arr)
-            table = table.select(names)
+            table = table if table.column_names == names else table.select(names)
         if self.kinds is not None:
             # plain list lengths are checked by `check`, in reading order (whichever thread
             # finished first must not decide a column's length), from the lengths `join`
