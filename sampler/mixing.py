@@ -83,9 +83,9 @@ def block_order(
     """
     n = int(sum(sizes))
     ns = max(1, -(-n // chunk))
-    # first slice that holds record `skip`: count_before is non-decreasing in s (from the
-    # start, slice 0: an empty slice yields nothing; the search cost a pass over a 65,536
-    # record block 7% of its plan)
+    # first slice that holds record `skip`: count_before is non-decreasing in s. With no
+    # skip, slice 0 (an empty slice yields nothing): the search cost 7% of a 65,536-record
+    # block's order
     lo, hi = 0, ns if skip else 1
     while hi - lo > 1:
         mid = (lo + hi) // 2

@@ -149,3 +149,37 @@ def test_a_tensor_view_of_a_sliced_list_array_holds_its_own_rows(kind: pa.DataTy
         assert view.tolist() == rows[lo : lo + n]
     nested = pa.array([[r] for r in rows], type=pa.list_(kind, 1)).slice(2, 3)
     assert tensor_view(nested, (1, 3), 2).tolist() == [[r] for r in rows[2:5]]
+
+
+def test_list_values_are_fitted_in_a_piece_that_starts_inside_a_row_group(
+    tmp_path: Path,
+) -> None:
+    """A list column's numbers are widened and their nulls filled (NaN, `fill_nulls`) value
+    by value, also for a rank whose piece starts inside a row group: its arrays are slices,
+    whose numbers are read through their offsets, not from the buffer's start."""
+    n = 12
+    tok = [[3 * i, 3 * i + 1, 3 * i + 2] for i in range(n)]
+    f = [[float(i), None if i % 5 == 0 else -float(i)] for i in range(n)]
+    k = [[i, None] if i % 4 == 1 else [i, i] for i in range(n)]
+    table = pa.table(
+        {
+            "id": range(n),
+            "tok": pa.array(tok, pa.list_(pa.uint16())),
+            "f": pa.array(f, pa.list_(pa.float32())),
+            "k": pa.array(k, pa.list_(pa.int32())),
+        }
+    )
+    pq.write_table(table, tmp_path / "a.parquet", row_group_size=n)  # one row group
+    for rank in (0, 1):
+        got = batches(str(tmp_path), num_replicas=2, rank=rank, fill_nulls={"k": -1})
+        ids = torch.cat([b["id"] for b in got]).tolist()
+        assert ids == list(range(6 * rank, 6 * rank + 6))
+        tokens = torch.cat([b["tok"] for b in got])
+        assert tokens.dtype == torch.int32 and tokens.tolist() == [tok[i] for i in ids]
+        floats = torch.cat([b["f"] for b in got])
+        nan = float("nan")
+        want = torch.tensor([[nan if v is None else v for v in f[i]] for i in ids])
+        assert torch.equal(floats.isnan(), want.isnan())
+        assert floats.nan_to_num(7.0).tolist() == want.nan_to_num(7.0).tolist()
+        filled = [[-1 if v is None else v for v in k[i]] for i in ids]
+        assert torch.cat([b["k"] for b in got]).tolist() == filled

@@ -89,12 +89,13 @@ def fetch_beside_footer(
 
 
 _CHUNK_BYTES: dict[tuple[Any, ...], tuple[int, int]] = {}
-CHUNK_BYTES_HELD = 1 << 16  # (shard, row groups, columns) whose read's bytes are kept
+CHUNK_BYTES_HELD = 1 << 14  # reads whose bytes are kept (~200 bytes each)
 
 
 def chunk_bytes(got: Fetched) -> tuple[int, int]:
-    """(bytes, ranges) of the column chunks a local read of `got` (a Fetched) reads, as
-    `column_ranges` finds them: the same every epoch, kept (~20 us a group to find)."""
+    """(bytes, ranges) of the column chunks a local read of `got` reads, as `column_ranges`
+    finds them (the stats count them): the same every epoch, so kept, by shard, row groups
+    and columns (~20 us a read to find)."""
     shard, cols = got.shard, got.cols
     asked = None if cols is None else tuple(cols)
     key = (shard.url, shard.bytes, shard.version, tuple(got.groups), asked)
