@@ -56,11 +56,13 @@ class Placement:
         across the parts as one chunked array (no join first)."""
         if all(isinstance(p, np.ndarray) for p in parts):
             if len(parts) == 1:
-                return np.take(parts[0], self.rows, axis=0)
+                return parts[0].take(self.rows, axis=0)
             out = np.empty((len(self), *parts[0].shape[1:]), dtype=np.result_type(*parts))
             for p, (places, rows) in zip(parts, self.spans()):
                 if places.size:
-                    out[places] = np.take(p, rows, axis=0)  # (~10% less than p[rows])
+                    # (~10% less than p[rows] for rows of lists; the method, as np.take
+                    # adds ~1 us a call, which small columns of records feel)
+                    out[places] = p.take(rows, axis=0)
             return out
         flat = self.starts[self.which] + self.rows
         return pa.chunked_array(parts, type=parts[0].type).take(indices(flat)).combine_chunks()
