@@ -121,9 +121,11 @@ def _details(meta: pq.FileMetaData, footer: bytes, url: str) -> dict[str, Any]:
     chunk_bytes: list[list[int]] = [[] for _ in leaves]
     for i in range(meta.num_row_groups):
         rg = meta.row_group(i)
+        # each column chunk's metadata made once (pyarrow makes a new object a call)
+        cols = [rg.column(j) for j in range(rg.num_columns)]
         # a row group's bytes: from its first column chunk's first page to its last's end
-        starts = [_chunk_start(rg.column(j)) for j in range(rg.num_columns)]
-        ends = [s + rg.column(j).total_compressed_size + pad for j, s in enumerate(starts)]
+        starts = [_chunk_start(c) for c in cols]
+        ends = [s + c.total_compressed_size + pad for c, s in zip(cols, starts)]
         if rg.num_rows < 0:
             raise ShardError(
                 f"{redact(url)}: row group {i} says it holds {rg.num_rows} rows: a damaged "
@@ -133,7 +135,7 @@ def _details(meta: pq.FileMetaData, footer: bytes, url: str) -> dict[str, Any]:
         offsets.append(min(starts, default=0))
         lengths.append(max(ends, default=0) - min(starts, default=0))
         for c, (a, b) in enumerate(itertools.pairwise(first_leaf.tolist())):
-            plain[c].append(sum(rg.column(j).total_uncompressed_size for j in range(a, b)))
+            plain[c].append(sum(col.total_uncompressed_size for col in cols[a:b]))
             at = min(starts[a:b], default=0)
             chunk_at[c].append(at)
             chunk_bytes[c].append(max(ends[a:b], default=at) - at)
