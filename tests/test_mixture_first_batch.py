@@ -121,3 +121,34 @@ def test_parts_with_a_short_first_part(root: Path, first: int) -> None:
     assert sizes[0] == lead and all(n == 256 for n in sizes[1:-1]), sizes
     assert sum(sizes) == SHARDS * ROWS
     assert [i for p in cut for i in p] == [i for p in plain for i in p]
+
+
+def test_a_stream_of_fewer_shards_than_the_window_opens_with_one_group_a_shard(
+    root: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Each stream's opening starts the first group of each piece of its first block, and
+    nothing else: a stream of 3 shards (a block of 3 pieces under a window of 8) starts 3
+    groups, not 8 (its pieces' second groups used to be queued on the shared reading thread
+    before the next stream's first groups, and the first batch waited for them)."""
+    opened: list[list[tuple[int, int]]] = []  # per stream, its opening's (shard, first row)
+    real = reading.Reading._started
+
+    def started(self: reading.Reading, groups: list[Any]) -> None:
+        if not getattr(self, "_seen", False):
+            self._seen = True  # type: ignore[attr-defined]
+            opened.append([(g.shard, g.first) for g in groups])
+        real(self, groups)
+
+    monkeypatch.setattr(reading.Reading, "_started", started)
+    a = [str(p) for p in sorted((root / "a").iterdir())[:3]]
+    streams = [Stream(a, weight=0.5, name="a"), Stream(str(root / "b"), weight=0.5, name="b")]
+    ds = StreamingDataset(streams, seed=3, batch_size=64)
+    batch = next(iter(ds))
+    assert [len(o) for o in opened] == [3, SHARDS], opened
+    for o in opened:  # one group of each shard: its first in the piece's keyed order
+        assert len({shard for shard, _ in o}) == len(o), o
+    want = records(root)
+    got = list(rows_of(batch, batch=True))
+    assert len(got) == 64 and {r["__stream__"] for r in got} == {0, 1}
+    for row in got:
+        assert {k: v for k, v in row.items() if k != "__stream__"} == want[row["id"]]

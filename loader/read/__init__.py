@@ -2,7 +2,8 @@
 
 Stages, each importing only those below it:
 - `plan_reader`: `PlanReader`, records [start, stop) of plans, in parts of a batch;
-- `reading`: one pass's read groups: scheduled, read, held, let go;
+- `reading`: one pass's read groups: scheduled, read, held, let go (`slabs`: the groups
+  a slab touches);
 - `decoding`: who decodes each fetched group, and when (`Ahead`);
 - `groups`: one read group (`Group`) and what the stages need of the reader;
 - `budget`: the bound on bytes held and read ahead.

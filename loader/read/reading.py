@@ -24,33 +24,11 @@ from .budget import MemoryBudget
 from .decoding import Ahead, decode_threads, decoding_pool
 from .groups import Group, GroupReader, finish
 from .readahead import ReadAhead, reads_ahead
+from .slabs import Run, distinct_groups, first_block_pieces
 
 __all__ = ["Key", "Reading", "Run"]
 
-Run = tuple[Plan, int, int]  # records [start, stop) of a plan, in its reading order
 Key = tuple[int, int, int]  # (run, piece, group): one read group of one run
-
-
-def _distinct(chunk: Chunk, lo: int, hi: int) -> tuple[list[tuple[int, int]], Any, Any, Any]:
-    """The groups records [lo, hi) of the chunk read: (their (piece, group) keys; (n,) which
-    of them each record reads; (k,) where each is first read; (k,) where last). One
-    counting pass over small dense codes (np.unique would sort)."""
-    n = hi - lo
-    pieces = chunk.pieces[lo:hi] - chunk.block[0]
-    groups = chunk.groups[lo:hi] if chunk.groups is not None else np.zeros(n, dtype=np.int64)
-    width = int(groups.max()) + 1 if n else 1
-    dense = pieces * width + groups  # (n,) a small code per (piece, group)
-    present = np.flatnonzero(np.bincount(dense))  # (k,) the codes read, ascending
-    index = np.empty(int(present[-1]) + 1 if present.size else 0, dtype=np.int64)
-    index[present] = np.arange(present.size)
-    which = index[dense]
-    at = np.arange(n, dtype=np.int64)
-    last = np.empty(present.size, dtype=np.int64)
-    last[which] = at  # repeated indices: the last assignment stays
-    first = np.empty(present.size, dtype=np.int64)
-    first[which[::-1]] = at[::-1]
-    keys = [(chunk.block[0] + d // width, d % width) for d in present.tolist()]
-    return keys, which, first, last
 
 
 class Reading:
@@ -93,8 +71,12 @@ class Reading:
             self.inline = True  # the consumer plans; nothing is fetched ahead
         # until the first slab is gathered, only the first block's first group of each piece
         # (and what the slab needs), then what the budget allows: fetched ahead (remote), or
-        # read by a thread shared with other readers (a mixture's local streams, each first)
-        self.opening = window if not self.inline or (self.local and reader.readers) else 0
+        # read by a thread shared with other readers (a mixture's local streams, each first).
+        # The block's pieces, not the window: a stream of fewer shards than the window
+        # otherwise queued its pieces' second groups before the next stream's first (the
+        # bench's mixture: 19 reads before its first batch, where it needs 14)
+        opening = first_block_pieces(runs)
+        self.opening = opening if not self.inline or (self.local and reader.readers) else 0
         if reader.prefetch is not None:
             self.budget = self._prefetch_budget(reader.prefetch)
 
@@ -292,12 +274,12 @@ class Reading:
     def slab_end(
         self, r: int, chunk: Chunk, lo: int, hi: int, first: int, step: int
     ) -> tuple[int, tuple[list[tuple[int, int]], Any, Any, Any]]:
-        """(where a slab of run r starting at record `lo` of the chunk ends, its `_distinct`
+        """(where a slab of run r starting at record `lo` of the chunk ends, its `distinct_groups`
         groups): at `hi`, or at the end of an earlier part (`first` records after `lo`, then
         every `step`) where its records would touch more than two groups a piece on average
         (small groups are not all held at once), or a group not decoded yet: beyond the
         first part, a slab waits for no read."""
-        found = _distinct(chunk, lo, hi)
+        found = distinct_groups(chunk, lo, hi)
         keys, _, seen, _ = found
         cut = hi - lo
         limit = 2 * (chunk.block[1] - chunk.block[0])
@@ -312,7 +294,7 @@ class Reading:
         end = lo + (first if cut <= first else first + (cut - first) // step * step)
         if end >= hi:
             return hi, found
-        return end, _distinct(chunk, lo, end)
+        return end, distinct_groups(chunk, lo, end)
 
     def gather(
         self,
@@ -324,7 +306,7 @@ class Reading:
         select: bool = False,
     ) -> Any:
         """Records [lo, hi) of the chunk, taken from the groups that hold them (`found`:
-        `_distinct` of them), or (`select`) a Selection of them, taken later; then the
+        `distinct_groups` of them), or (`select`) a Selection of them, taken later; then the
         groups the pieces have moved past are let go."""
         keys, which, _, last = found
         self.pump(*[(r, p, g) for p, g in keys])  # all needed: started together
