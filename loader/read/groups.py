@@ -62,8 +62,9 @@ class GroupReader(Protocol):
         """Fetch `entry` (and the groups it takes along); its future gets the block."""
         ...
 
-    def decode(self, fs: Any, entry: Group, raw: Any, table: Any = None) -> Any:
-        """`entry`'s block from its fetched bytes (`table`: its rows, read on a reading thread)."""
+    def decode(self, fs: Any, entry: Group, raw: Any, table: Any = None, failed: Any = None) -> Any:
+        """`entry`'s block from its fetched bytes (`table`: its rows, read on a reading
+        thread; `failed`: that read's error instead)."""
         ...
 
     def estimate(self, shard_id: int, start: int, stop: int) -> tuple[int, int]:

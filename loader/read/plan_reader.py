@@ -261,17 +261,19 @@ class PlanReader:
         for e_, raw in zip(together, raws):
             entry.ahead.fetched(e_, raw)
 
-    def decode(self, fs: Any, entry: Group, raw: Any, table: Any = None) -> Any:
+    def decode(self, fs: Any, entry: Group, raw: Any, table: Any = None, failed: Any = None) -> Any:
         """Decode and join one group (in a decoding thread: the same few threads decode
         every group, so Arrow's allocator keeps free memory in few thread heaps), and
         charge the budget its measured size instead of the estimate. `table`: its rows,
-        read on a reading thread (loader.read.readahead), checked and shaped here."""
+        read on a reading thread (loader.read.readahead), checked and shaped here;
+        `failed`: that read's error instead (the format raises it, named)."""
         with active(self.stats):
             t0 = time.perf_counter()
             fetched = fetch_seconds()  # local files are read while decoding
             try:
                 fmt: Any = self.fmt  # a table read ahead: Parquet's decode takes it
-                part = fmt.decode(fs, raw) if table is None else fmt.decode(fs, raw, table)
+                read_ahead = table is not None or failed is not None
+                part = fmt.decode(fs, raw, table, failed) if read_ahead else fmt.decode(fs, raw)
                 block = self.fmt.join([part])
             except ConversionError as e:
                 url = redact(self.index.shards[entry.shard].url)

@@ -116,13 +116,13 @@ class ReadAhead:
                 continue
             self.reads.popleft()
             self._top_up()
-            table = None
+            table, failed = None, None
             if read is not None and not read.cancelled():
                 try:
                     table = read.result()
-                except Exception:  # read again by the format: its error names the shard
-                    table = None
-            self._finish(first, got, table)
+                except Exception as e:  # raised by the format, which names the shard
+                    failed = e
+            self._finish(first, got, table, failed)
 
     def _steal(self) -> bool:
         """Read the first group whose read has not started here, now. False: none. (The
@@ -196,16 +196,19 @@ class ReadAhead:
                 self.fs, shard, entry.first, entry.stop, reader.columns, self.cache is None
             )
 
-    def _finish(self, entry: Group, got: Any, table: pa.Table | None) -> None:
+    def _finish(
+        self, entry: Group, got: Any, table: pa.Table | None, failed: Exception | None = None
+    ) -> None:
         """End `entry`'s reading: its block (decoded by the format from `table`, a thread's
-        read, or, None, read by the format itself), its error, or nothing if let go."""
+        read, or, None, read by the format itself), its error (`failed`: the thread's read
+        raised it; the format names it), or nothing if let go."""
         if entry.dropped:
             finish(entry, None)
             return
         block, error = None, None
         try:
             with reading_shard(self.cache, entry.shard):  # (table None: read here)
-                block = self.reader.decode(self.fs, entry, got, table)
+                block = self.reader.decode(self.fs, entry, got, table, failed)
             if self.cache is not None:  # its rows leave only once the remote agrees
                 shard = self.reader.index.shards[entry.shard]
                 with active(self.reader.stats):

@@ -167,11 +167,17 @@ class ArrowFormat(ParquetFormat):
             x.parts = {(0, shard.bytes): blob}
         return got
 
-    def decode(self, fs: Any, got: Fetched, table: pa.Table | None = None) -> pa.Table:
+    def decode(
+        self,
+        fs: Any,
+        got: Fetched,
+        table: pa.Table | None = None,
+        failed: BaseException | None = None,
+    ) -> pa.Table:
         """The fetched batches, each frame checked against the index, read by pyarrow's
         readers (with the dictionaries they need), validated in full, as one table of the
-        index's schema. (`table`: Parquet's reads ahead only; never given here.)"""
-        if table is not None:
+        index's schema. (`table`, `failed`: Parquet's reads ahead only; never given here.)"""
+        if table is not None or failed is not None:
             raise ValueError("Arrow IPC shards are not read ahead (loader.read.readahead)")
         shard, d = got.shard, got.shard.details
         number = d.get("schema", 0)

@@ -1,6 +1,7 @@
 """Parquet shards: indexed from their footers alone, read by row group and column.
 
-- `format`: `ParquetFormat`, the reader (what the index keeps, what a read fetches).
+- `format`: `ParquetFormat`, the reader (what the index keeps, what a read fetches);
+  `blocks`: its block side (decoded groups joined, gathered, made into batches).
 - `meta`: footers parsed, the index's details, byte ranges of row groups and columns, the
   cache of parsed footers.
 - `fetch`: what a read fetched (`Fetched`), column chunks fetched, decoded tables into

@@ -2,19 +2,14 @@
 
 from __future__ import annotations
 
-from collections.abc import Iterator, Sequence
+from collections.abc import Sequence
 from typing import Any
 
-import numpy as np
 import pyarrow as pa
 import pyarrow.parquet as pq
-import torch
 from fsspec.implementations.local import LocalFileSystem
-from torch.utils.data import get_worker_info
 
-from ...columns.batching import column_to_batch
-from ...columns.gather import Block, gather, padded
-from ...columns.kinds import LENGTHS, Kind, check_length, check_part
+from ...columns.kinds import Kind, check_part
 from ...errors import ShardError
 from ...shard import Shard
 from ...storage.filesystems import FileEntry, check_version, redact
@@ -23,6 +18,7 @@ from ...storage.retry import RetryPolicy, count_fetched, read_ranges
 from ..deferred import complete, estimated_bytes, is_deferred
 from ..partitions import check_hive_values, partition_arrays
 from ..selected import pick, record_groups, stored_rows
+from .blocks import Blocks
 from .fetch import (
     Fetched,
     chunk_bytes,
@@ -31,7 +27,6 @@ from .fetch import (
     fetch_column_chunks,
     file_names,
     in_dataset_types,
-    packed,
     read_errors,
 )
 from .local import OpenFiles
@@ -51,7 +46,7 @@ from .meta import (
 __all__ = ["GROUP_BYTES", "ParquetFormat", "footer_details", "read_groups"]
 
 
-class ParquetFormat:
+class ParquetFormat(Blocks):
     """Parquet shards. For reading, `schema` is the schema of the asked columns every shard
     gives (ShardIndex.columns_schema), partition columns included (`partitioning`); with
     `kinds` (batch mode), each piece is made to fit its columns' kinds (loader.columns.kinds)."""
@@ -210,20 +205,30 @@ class ParquetFormat:
         cols = None if names is None else [c for c in names if c not in self.partitions]
         return names, cols
 
-    def decode(self, fs: Any, got: Fetched, table: pa.Table | None = None) -> pa.Table:
+    def decode(
+        self,
+        fs: Any,
+        got: Fetched,
+        table: pa.Table | None = None,
+        failed: BaseException | None = None,
+    ) -> pa.Table:
         """The decoding part of `read`: local files are read by pyarrow's own file here
         (pre-buffered, coalesced; about 20% less CPU than bytes read through fsspec), or
         were read on a reading thread (`table`: `read_checked`'s rows of `got`'s row groups,
         the file's version checked there; loader.read.readahead), which this checks and
-        shapes as its own reads."""
+        shapes as its own reads. `failed`: that thread's read of a local file raised this,
+        raised here as this read's own (named, explained by the version check), not read
+        again (a damaged file's doomed read cost twice: 10 s each for one corpus file)."""
         url, groups, cols = got.shard.url, got.groups, got.cols
         with read_errors(url, groups):
             if got.cached:  # read through the node cache, which checks what it serves
-                if table is None:
+                if table is None:  # (read again after a failure: the cache may heal it)
                     table = self.read_local(fs, got)
             elif got.parts is None:
                 if table is None:  # (a reading thread's table was checked there)
                     try:
+                        if failed is not None:
+                            raise failed
                         table = self.read_local(fs, got)
                     finally:  # what was read is the indexed file (or a failure is explained)
                         check_version(fs, url, got.shard.bytes, got.shard.version)
@@ -266,7 +271,7 @@ class ParquetFormat:
         (`decode` takes its table as checked): the consumer makes no system call for it (a
         stat releases the GIL, and the consumer then waits behind the reading thread to take
         it back: 0.1-0.3 ms a group, measured). A read that fails is not checked here: the
-        consumer reads it again (`decode`), which explains it."""
+        consumer's `decode` raises its error, which it names and explains."""
         table = self.read_local(fs, got)
         if not got.cached:  # (the node cache checks what it serves)
             check_version(fs, got.shard.url, got.shard.bytes, got.shard.version)
@@ -330,70 +335,3 @@ class ParquetFormat:
 
     def reserve(self, nbytes: int) -> None:
         """A hint of the bytes the reader holds at most (unused: blocks are views)."""
-
-    def check(self, joined: Block, shard: Shard) -> None:
-        """Called in reading order as each group is first needed: a plain list column's
-        rows must have the length the first group read had (ShardError naming the shard)."""
-        for name in self._fixed:
-            lo_hi = joined.lengths.get(name)
-            if lo_hi is not None:
-                check_length(name, shard.url, *lo_hi, self._lengths)
-
-    def join(self, parts: Sequence[pa.Table]) -> Block:
-        """The parts as one Block (numeric columns as views of the decoded buffers).
-        Arrow's free memory is not handed back to the OS here: the next groups decode into
-        it (handing it back every 4 MB made every decode touch fresh pages: 35,000 page
-        faults a pass of 131,072 records, ~25% of the reader's CPU, and a higher peak RSS)."""
-        return Block(parts, self.kinds, self._fixed)
-
-    def release(self, joined: Block) -> None:
-        joined.release()
-
-    def nbytes(self, joined: Block) -> int:
-        return joined.nbytes
-
-    def take(self, joined: Block, indices: Any) -> dict[str, Any]:
-        return joined.take(np.asarray(indices, dtype=np.int64))
-
-    def gather(self, joined: Sequence[Block], which: Any, rows: Any) -> dict[str, Any]:
-        """Row rows[k] of joined[which[k]] for each k, in order (padding is left to `cut`)."""
-        return gather(joined, np.asarray(which, dtype=np.int64), np.asarray(rows, dtype=np.int64))
-
-    def cut(self, taken: dict[str, Any], lo: int, hi: int) -> dict[str, Any]:
-        """Rows [lo, hi) of what `gather` gave; padded list columns padded to their longest,
-        each with its rows' lengths as ``<column>__len`` (int64), so a model can tell
-        padding from data (``mask = arange(width) < lengths[:, None]``)."""
-        pads = {} if self.kinds is None else {k: v.pad for k, v in self.kinds.items() if v.ragged}
-        out: dict[str, Any] = {}
-        for k, v in taken.items():
-            if pads.get(k) is None:
-                out[k] = v[lo:hi]
-            else:  # padded rows, and their lengths beside them
-                out[k], out[k + LENGTHS] = padded(v[lo:hi], pads[k])
-        return out
-
-    def records(self, taken: dict[str, Any]) -> list[dict[str, Any]] | Iterator[dict[str, Any]]:
-        return Block.records(taken)
-
-    def batch(self, taken: dict[str, Any]) -> dict[str, Any]:
-        """numpy numbers -> tensors (fresh arrays: no copy; in a DataLoader worker packed
-        into one storage, see `packed`); numpy Python objects (strings) -> lists; Arrow
-        columns -> lists (with kinds), else as `column_to_batch` says."""
-        arrays = {
-            k: c for k, c in taken.items() if isinstance(c, np.ndarray) and not c.dtype.hasobject
-        }
-        tensors = (
-            packed(arrays)
-            if len(arrays) > 1 and get_worker_info() is not None
-            else {k: torch.from_numpy(c) for k, c in arrays.items()}
-        )
-        return {
-            k: tensors[k]
-            if k in tensors
-            else c.tolist()  # strings held as Python objects (loader.columns.gather)
-            if isinstance(c, np.ndarray)
-            else c.to_pylist()
-            if self.kinds is not None
-            else column_to_batch(c)
-            for k, c in taken.items()
-        }
