@@ -345,9 +345,9 @@ def test_streams_share_one_decoding_pool(root: Path, monkeypatch: pytest.MonkeyP
     threads: set[int] = set()
     decode = pipeline.PlanReader.decode
 
-    def counted(self: Any, fs: Any, entry: Any, raw: Any, table: Any = None) -> Any:
+    def counted(self: Any, fs: Any, entry: Any, raw: Any, *read_ahead: Any) -> Any:
         threads.add(threading.get_ident())
-        return decode(self, fs, entry, raw, table)
+        return decode(self, fs, entry, raw, *read_ahead)
 
     monkeypatch.setattr(pipeline.PlanReader, "decode", counted)
     ds = mix(root, batch_size=4, epoch_size=120)
