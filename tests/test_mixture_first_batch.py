@@ -139,14 +139,24 @@ def test_a_stream_of_fewer_shards_than_the_window_opens_with_one_group_a_shard(
             opened.append([(g.shard, g.first) for g in groups])
         real(self, groups)
 
+    waited: set[tuple[int, int]] = set()  # (shard, first row) of the groups waited for
+    checked = reading.Reading._checked
+
+    def spy(self: reading.Reading, entry: Any) -> Any:
+        waited.add((entry.shard, entry.first))
+        return checked(self, entry)
+
     monkeypatch.setattr(reading.Reading, "_started", started)
+    monkeypatch.setattr(reading.Reading, "_checked", spy)
     a = [str(p) for p in sorted((root / "a").iterdir())[:3]]
     streams = [Stream(a, weight=0.5, name="a"), Stream(str(root / "b"), weight=0.5, name="b")]
     ds = StreamingDataset(streams, seed=3, batch_size=64)
     batch = next(iter(ds))
     assert [len(o) for o in opened] == [3, SHARDS], opened
-    for o in opened:  # one group of each shard: its first in the piece's keyed order
+    for o in opened:  # one group of each shard
         assert len({shard for shard, _ in o}) == len(o), o
+    # the first batch waited only for opened groups: each piece's first in its keyed order
+    assert waited and waited <= {g for o in opened for g in o}, (waited, opened)
     want = records(root)
     got = list(rows_of(batch, batch=True))
     assert len(got) == 64 and {r["__stream__"] for r in got} == {0, 1}
