@@ -30,7 +30,7 @@ from .mixture import MixtureDataset
 from .options import Transform, check_batch_options, check_decode
 from .read.amplification import LIMIT as AMPLIFICATION_LIMIT
 from .read.amplification import job_amplification, log, warning_text
-from .read.plan_reader import PlanReader
+from .read.plan_reader import RECORD_SLAB, SLAB, PlanReader
 from .selection import check_filter, check_split, select
 from .state import Layout
 from .storage.filesystems import UrlOrPath
@@ -288,7 +288,8 @@ class StreamingDataset(DatasetBase):
         ]
         if self.sampler.rank == 0 and worker == 0 and self._state.once():
             self._warn_amplified(workers)
-        taken = reader.parts(runs, self.batch_size or RECORD_STEP)
+        slab = SLAB if self.batch_size else RECORD_SLAB
+        taken = reader.parts(runs, self.batch_size or RECORD_STEP, slab=slab)
         if self.batch_size is None:
             deliveries: Iterator[Any] = (fmt.records(part) for part in taken)
         elif self.batch_format != "torch" and self.kinds is not None:

@@ -242,6 +242,38 @@ def test_prefetch_is_a_deprecated_alias(tmp_path: Path) -> None:
         StreamingDataset(url, memory_budget=-1)
 
 
+@pytest.mark.usefixtures("one_row_group_a_group")
+def test_the_slab_size_never_changes_the_records(tmp_path: Path) -> None:
+    """Record mode gathers RECORD_SLAB records at once, batch mode SLAB: whatever the slab,
+    the same whole records come in the same order, in parts of `step` (a slab of one
+    step; one a little over it, cut by the groups held; and one larger than the run)."""
+    url = local(tmp_path, payload=40, row_group_size=20)
+    index = ShardIndex.build(url)
+    ds = StreamingDataset(index)
+    fmt = ds._format()
+    sampler = ShardSampler(index, 1, 0, seed=3, groups=ds.groups, window=3)
+    plan = sampler.plan()
+
+    def records(slab: int) -> list[list[dict[str, Any]]]:
+        reader = PlanReader(
+            index, fmt, columns=None, storage_options={}, retry=ds.retry, read_threads=2
+        )
+        return [list(fmt.records(p)) for p in reader.parts([(plan, 5, 1800)], 16, slab=slab)]
+
+    want = records(16)
+    ends = set(itertools.accumulate(len(p) for p in want))
+    assert max(len(p) for p in want) == 16 and set(range(16, 1795, 16)) <= ends
+    flat = [r for p in want for r in p]
+    assert [record_id(r) for r in flat] == [
+        int(sampler.offsets[s]) + int(r)
+        for c in plan.chunks(5, 1800)
+        for s, r in zip(c.shards, c.rows)
+    ]
+    assert all(set(r) == set(flat[0]) and len(r["blob"]) == 40 for r in flat)  # whole records
+    for slab in (40, 2048, 8192):
+        assert records(slab) == want, slab
+
+
 def test_readers_share_one_budget(tmp_path: Path, monkeypatch: Any) -> None:
     """Two readers given one MemoryBudget (as a mixture's streams would be) are bounded
     together: within the budget but for the groups each needs at once (at most two a
