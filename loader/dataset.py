@@ -21,6 +21,7 @@ from .columns.batch_format import arrow_batches, arrow_kinds, check_batch_format
 from .columns.batching import regroup
 from .columns.kinds import Kind, kinds_of
 from .formats import Format
+from .formats.parquet.format import ParquetFormat
 from .formats.tar.decode import DecodeSpec
 from .formats.tar.format import check_tar_columns
 from .index.shard_index import ShardIndex
@@ -288,7 +289,8 @@ class StreamingDataset(DatasetBase):
         ]
         if self.sampler.rank == 0 and worker == 0 and self._state.once():
             self._warn_amplified(workers)
-        slab = SLAB if self.batch_size else RECORD_SLAB
+        # (records of Parquet and Arrow: a slab of tar samples holds their bytes)
+        slab = RECORD_SLAB if not self.batch_size and isinstance(fmt, ParquetFormat) else SLAB
         taken = reader.parts(runs, self.batch_size or RECORD_STEP, slab=slab)
         if self.batch_size is None:
             deliveries: Iterator[Any] = (fmt.records(part) for part in taken)
