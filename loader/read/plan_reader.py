@@ -60,6 +60,7 @@ __all__ = [
     "DEFAULT_MEMORY_BUDGET",
     "OPENED",
     "RECORD_SLAB",
+    "RECORD_SLAB_BYTES",
     "SLAB",
     "MemoryBudget",
     "PlanReader",
@@ -79,6 +80,10 @@ SLAB = 2048  # records gathered at once from the groups held (then cut into part
 # of 8,192 there held 4 times the memory for no gain; tar samples, whose slab holds
 # their bytes, read ~9% slower from S3 in the bench, both pairs)
 RECORD_SLAB = 8192
+# ... while its gathered columns hold at most this much (else SLAB): records with a list of
+# 128 int32 (528 bytes a record gathered) read 3-10% slower in slabs of 8,192 (4 MB, out
+# of the cache before each record is made) in 3 of 4 alternating pairs of the bench
+RECORD_SLAB_BYTES = 1 << 20
 CHUNK_RECORDS = 32768  # records of the reading order computed at once (small: the first
 # records flow sooner, and the consumer thread does not hold the GIL long)
 FIRST_CHUNK = 4096  # ... but for a run's first chunk: the first batch waits for its order
@@ -99,6 +104,13 @@ def is_local(index: ShardIndex, storage_options: dict[str, Any] | None) -> bool:
 def _selected(taken: Any, lo: int, hi: int) -> Any:
     """Rows [lo, hi) of a Selection (`PlanReader.parts` with `select`)."""
     return taken.slice(lo, hi - lo)
+
+
+def _gathered_bytes(taken: Any) -> int:
+    """Bytes of a gathered slab's columns (numpy or Arrow; Python objects as pointers)."""
+    if not isinstance(taken, dict):
+        return 0
+    return sum(int(getattr(c, "nbytes", 0)) for c in taken.values())
 
 
 def _chunks(plan: Plan, a: int, b: int) -> Iterator[Chunk]:
@@ -182,6 +194,7 @@ class PlanReader:
             return
         fs, _ = filesystem(self.index.shards[0].url, self._options())
         slab = step * max(1, slab // step)
+        sized = slab <= SLAB  # (else checked against RECORD_SLAB_BYTES at the first slab)
         cut = _selected if select else self.fmt.cut
         reading = Reading(self, fs, runs)
         self.fmt.reserve(reading.budget.limit + reading.budget.limit // 2)
@@ -202,6 +215,10 @@ class PlanReader:
                         hi = min(len(chunk), lo + slab - done % slab)
                         hi, groups = reading.slab_end(r, chunk, lo, hi, step - done % step, step)
                         taken = reading.gather(r, chunk, lo, hi, groups, select)
+                        if not sized:
+                            sized = True
+                            if _gathered_bytes(taken) * slab > RECORD_SLAB_BYTES * (hi - lo):
+                                slab = step * max(1, SLAB // step)
                         at = 0
                         while at < hi - lo:
                             end = min(hi - lo, at + step - done % step)
