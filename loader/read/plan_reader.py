@@ -188,7 +188,8 @@ class PlanReader:
         parts at once). `opened`: first yields OPENED once the first groups are started,
         before waiting on any (a mixture starts every stream's so). `slab`: records
         gathered at once (rounded down to whole steps, at least one): SLAB, or RECORD_SLAB
-        where the parts become records."""
+        where the parts become records; one above SLAB becomes SLAB after the first slab
+        if that slab's columns, at this size, would hold more than RECORD_SLAB_BYTES."""
         runs = list(runs)
         if not runs or not self.index.shards:
             return
